@@ -1,0 +1,115 @@
+"""Real text found on this machine, cut into chunks, with planted near-duplicates (benchmarks only).
+
+Sources, in this order, each in sorted path order: the Debian package documentation under
+``/usr/share/doc`` (copyright files, READMEs, NEWS and changelogs, gunzipped), then ``.rst``/``.md``/
+``.txt`` files under the Python installation's ``site-packages`` (package documentation), then the
+repository's own test corpus (so something is always there). Files that are byte-identical to one
+already read are skipped, so the base chunks are as distinct as the sources allow (real text still
+repeats itself: licence paragraphs, changelog entries).
+
+Near-duplicates are planted by copying a base chunk and editing a few percent of its words
+(replace, delete or insert a word drawn from the corpus), the way a paragraph drifts between two
+versions of a document.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import random
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_DOC_NAMES = ("copyright", "README", "NEWS", "changelog", "AUTHORS", "TODO", "FAQ")
+
+
+def source_files() -> Iterator[Path]:
+    """Text files on this machine, in a fixed order (see the module docstring)."""
+    doc = Path("/usr/share/doc")
+    if doc.is_dir():
+        for path in sorted(doc.rglob("*")):
+            if path.is_file() and not path.is_symlink() and path.name.startswith(_DOC_NAMES):
+                yield path
+    site = Path(sysconfig.get_paths()["purelib"])
+    for pattern in ("*.rst", "*.md", "*.txt"):
+        yield from sorted(p for p in site.rglob(pattern) if p.is_file() and p.stat().st_size > 2000)
+    yield from sorted((REPO / "tests" / "data" / "corpus").rglob("*.txt"))
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
+        return None
+
+
+def machine_words(limit: int) -> tuple[list[str], int]:
+    """Up to ``limit`` words of real text, and the number of files they came from."""
+    words: list[str] = []
+    seen: set[bytes] = set()
+    files = 0
+    for path in source_files():
+        text = read_text(path)
+        if not text:
+            continue
+        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        files += 1
+        words.extend(text.split())
+        if len(words) >= limit:
+            break
+    return words[:limit], files
+
+
+def edit(words: list[str], rate: float, rng: random.Random, vocabulary: list[str]) -> list[str]:
+    """Copy ``words`` with about ``rate`` of them replaced, deleted or inserted."""
+    out: list[str] = []
+    for w in words:
+        if rng.random() < rate:
+            op = rng.randrange(3)
+            if op == 0:
+                out.append(rng.choice(vocabulary))
+            elif op == 1:
+                continue
+            else:
+                out.extend((w, rng.choice(vocabulary)))
+        else:
+            out.append(w)
+    return out
+
+
+def planted_chunks(
+    n: int, words_per_chunk: int = 180, dup_share: float = 0.2, seed: int = 7, max_rate: float = 0.06
+) -> tuple[list[tuple[str, str]], dict[str, str], str]:
+    """``n`` chunks of real text, ``dup_share`` of them near-duplicates of another chunk.
+
+    Returns:
+        (items as (key, text), {planted key: key it was copied from}, a line saying where the text came from)
+    """
+    rng = random.Random(seed)
+    n_dup = int(n * dup_share)
+    n_base = n - n_dup
+    words, files = machine_words(n_base * words_per_chunk)
+    n_base = min(n_base, len(words) // words_per_chunk)
+    base = [words[i * words_per_chunk : (i + 1) * words_per_chunk] for i in range(n_base)]
+    vocabulary = words[: 200_000]
+    items = [(f"c{i:07d}", " ".join(ws)) for i, ws in enumerate(base)]
+    planted: dict[str, str] = {}
+    for j in range(n - n_base):
+        src = rng.randrange(n_base)
+        key = f"d{j:07d}"
+        items.append((key, " ".join(edit(base[src], rng.uniform(0.0, max_rate), rng, vocabulary))))
+        planted[key] = f"c{src:07d}"
+    origin = (
+        f"{len(words):,} words from {files:,} files (/usr/share/doc copyright/README/NEWS/changelog files, "
+        f"then .rst/.md/.txt under {sysconfig.get_paths()['purelib']}) on {sys.platform}"
+    )
+    return items, planted, origin

@@ -1,0 +1,110 @@
+"""Union-find over group ids, and the order-independent rule that turns a component into clusters.
+
+Near-duplicate detection gives a graph: nodes are distinct canonical texts (groups), edges join pairs
+whose shingle sets have Jaccard >= threshold. Its connected components do not depend on the order in
+which nodes were added, but a component can be a *chain* (A~B, B~C, while A and C share little), and
+gluing a whole chain into one cluster would make a representative stand for text it does not contain.
+
+So each component is split by :func:`split_component`, a pure function of its members: let the policy
+choose a center among the members not yet placed; the center and every unplaced member with Jaccard
+>= threshold *to the center* form a cluster; repeat. Every member of a cluster is therefore within the
+threshold of its representative, and the result depends only on the set of members, never on arrival
+or union order.
+
+Example:
+    >>> from rag_dedup.policy import Member, longest_then_authority
+    >>> m = {k: Member(k, n, None, 0.0, None) for k, n in [("a", 30), ("b", 20), ("c", 10)]}
+    >>> sims = {("a", "b"): 0.9, ("b", "c"): 0.9, ("a", "c"): 0.5}
+    >>> def sim(x, y):
+    ...     return 1.0 if x == y else sims.get((x, y), sims.get((y, x), 0.0))
+    >>> split_component(list(m.values()), lambda x, y: sim(x.key, y.key), 0.8, longest_then_authority)
+    [('a', [('a', 1.0), ('b', 0.9)]), ('c', [('c', 1.0)])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
+
+from rag_dedup.policy import Member, Policy, choose
+
+__all__ = ["UnionFind", "split_component"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class UnionFind(Generic[T]):
+    """Disjoint sets with path halving and union by size."""
+
+    def __init__(self, items: Iterable[T] = ()) -> None:
+        self._parent: dict[T, T] = {}
+        self._size: dict[T, int] = {}
+        for item in items:
+            self.add(item)
+
+    def add(self, item: T) -> None:
+        if item not in self._parent:
+            self._parent[item] = item
+            self._size[item] = 1
+
+    def find(self, item: T) -> T:
+        parent = self._parent
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    def union(self, a: T, b: T) -> bool:
+        """Join the sets of ``a`` and ``b``; True if they were apart."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self._size[ra] < self._size[rb]:
+            ra, rb = rb, ra
+        self._parent[rb] = ra
+        self._size[ra] += self._size[rb]
+        return True
+
+    def groups(self) -> list[list[T]]:
+        """The disjoint sets, each as a list."""
+        out: dict[T, list[T]] = {}
+        for item in self._parent:
+            out.setdefault(self.find(item), []).append(item)
+        return list(out.values())
+
+
+def split_component(
+    members: Sequence[Member],
+    similarity: Callable[[Member, Member], float],
+    threshold: float,
+    policy: Policy,
+) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Split one connected component into clusters around policy-chosen centers.
+
+    Args:
+        members: The component's items.
+        similarity: Jaccard similarity of two members (1.0 for a member and itself).
+        threshold: A member joins a center when ``similarity >= threshold``.
+        policy: Chooses the center among the members not yet placed.
+
+    Returns:
+        ``[(representative_key, [(member_key, similarity_to_representative), ...]), ...]`` in the
+        order the centers were chosen; each member list starts with the representative.
+    """
+    remaining = list(members)
+    clusters: list[tuple[str, list[tuple[str, float]]]] = []
+    while remaining:
+        center = choose(policy, remaining)
+        placed = [(center.key, 1.0)]
+        rest = []
+        for m in remaining:
+            if m.key == center.key:
+                continue
+            s = similarity(center, m)
+            if s >= threshold:
+                placed.append((m.key, s))
+            else:
+                rest.append(m)
+        clusters.append((center.key, placed))
+        remaining = rest
+    return clusters

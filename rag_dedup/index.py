@@ -1,0 +1,643 @@
+"""DedupIndex: exact and near-duplicate clusters of texts, order-independent, nothing deleted.
+
+How a text is placed:
+
+1. **Exact pass.** Texts with the same :func:`~rag_dedup.normalize.canonical` form form one *group*
+   (an exact-duplicate class). An empty canonical text forms no group: it is no one's duplicate.
+2. **Candidates.** A new group's shingle set (word ``ngram``-grams) gets a MinHash signature; LSH with
+   ``b`` bands of ``r`` rows proposes every stored group that shares a band. (b, r) is chosen so that
+   P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
+3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
+   pairs with J >= threshold become edges. An estimate from 128 permutations is noisy by about 0.035
+   at J = 0.8, so it proposes but never decides.
+4. **Clusters.** Connected components of the edge graph are split around policy-chosen centers
+   (:func:`~rag_dedup.clusters.split_component`): every member is within the threshold of its
+   representative, so a chain A~B~C cannot glue together texts that share little.
+
+Steps 1-4 depend only on the *set* of items, so adding the same items in any order, one at a time or
+in batches, gives the same clusters and representatives. A cluster's id is its representative's key.
+Every added key stays until :meth:`DedupIndex.remove`, pointing at its representative.
+
+Example:
+    >>> index = DedupIndex(threshold=0.8)
+    >>> text = ("Permission is hereby granted, free of charge, to any person obtaining a copy of this software "
+    ...         "and associated documentation files, to deal in the Software without restriction")
+    >>> index.add("mit-1", text).kind
+    'unique'
+    >>> m = index.add("mit-2", text.upper())
+    >>> m.kind, m.duplicate_of
+    ('exact', 'mit-1')
+    >>> index.add("mit-3", text + ", including without limitation").kind
+    'unique'
+    >>> m = index.match("mit-1")
+    >>> m.kind, m.duplicate_of, round(m.similarity, 3)
+    ('near', 'mit-3', 0.815)
+    >>> index.members("mit-3")
+    ['mit-3', 'mit-1', 'mit-2']
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from rag_dedup import lsh
+from rag_dedup.clusters import UnionFind, split_component
+from rag_dedup.minhash import SCHEME, MinHasher
+from rag_dedup.normalize import NORMALIZATION, canonical
+from rag_dedup.policy import Member, Policy, longest_then_authority
+from rag_dedup.shingles import DEFAULT_NGRAM, jaccard, shingle_hashes_many
+from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
+from rag_dedup.storage.memory import MemoryStorage
+
+__all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "IndexMismatchError", "Match"]
+
+#: Version of the index's stored layout (directory and Redis).
+FORMAT_VERSION = 1
+#: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
+SHINGLING = "words-poly64-fmix64-v1"
+# Items are indexed in batches of this many: bounds the temporaries (signatures, band keys) of add_many.
+_BATCH = 2048
+
+Kind = Literal["unique", "exact", "near"]
+
+
+class IndexMismatchError(ValueError):
+    """A stored index was made with other parameters than the ones asked for, or by another format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Where an item stands.
+
+    Attributes:
+        key: The item.
+        cluster_id: Its cluster (the representative's key).
+        representative: The key of the cluster's representative.
+        duplicate_of: The representative, or None when the item is the representative.
+        similarity: Exact Jaccard similarity of the item's shingles to the representative's (1.0 for
+            the representative itself and for exact copies).
+        kind: ``"unique"`` for a representative, ``"exact"`` for a copy with the representative's
+            canonical text, ``"near"`` for a near-duplicate.
+    """
+
+    key: str
+    cluster_id: str
+    representative: str
+    duplicate_of: str | None
+    similarity: float
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    key: str
+    text: str
+    source: str | None
+    authority: float
+    first_seen: float | None
+
+
+class DedupIndex:
+    """Exact and near-duplicate clusters over keyed texts.
+
+    Args:
+        threshold: Jaccard similarity of shingle sets at and above which two texts are duplicates.
+        num_perm: MinHash permutations (signature length).
+        ngram: Words per shingle.
+        storage: Where the state lives: None for this process's memory, a ``redis://`` or
+            ``rediss://`` URL (needs ``pip install rag-dedup[redis]``), or a
+            :class:`~rag_dedup.storage.base.Storage`.
+        namespace: Key prefix for a Redis storage (several indexes can share one server).
+        policy: Chooses a cluster's representative from its members; must be a pure function of them.
+            Default: longest text, then highest authority, then earliest first_seen, then smallest key.
+        seed: MinHash permutation seed.
+
+    Raises:
+        ValueError: A parameter is out of range, or the storage holds an index made with others.
+        TypeError: A parameter has the wrong type.
+    """
+
+    def __init__(
+        self,
+        threshold: float = 0.8,
+        num_perm: int = 128,
+        ngram: int = DEFAULT_NGRAM,
+        storage: Storage | str | None = None,
+        *,
+        namespace: str = "rag-dedup",
+        policy: Policy | None = None,
+        seed: int = 1,
+    ) -> None:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold ({threshold}) must be in (0, 1]; 0.8 is a common start, tune per corpus")
+        if isinstance(ngram, bool) or not isinstance(ngram, int):
+            raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
+        if not 1 <= ngram <= 64:
+            raise ValueError(f"ngram ({ngram}) must be between 1 and 64; 5-word shingles are the usual choice")
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable, got {type(policy).__name__}")
+        self.threshold = float(threshold)
+        self.ngram = ngram
+        self.policy: Policy = policy or longest_then_authority
+        self._hasher = MinHasher(num_perm=num_perm, seed=seed)
+        self.num_perm = num_perm
+        self.seed = seed
+        self.bands: tuple[int, int] = lsh.choose_bands(self.threshold, num_perm)
+        self.storage: Storage = _open_storage(storage, namespace)
+        stored = self.storage.load_meta()
+        if stored is None:
+            self.storage.save_meta(self._meta())
+        else:
+            self._check_meta(stored, where=repr(self.storage))
+
+    # --- parameters -----------------------------------------------------------------------
+    @property
+    def knee(self) -> float:
+        """(1/b)^(1/r): where the candidate S-curve of the chosen bands is steepest."""
+        return lsh.knee(*self.bands)
+
+    @property
+    def shared(self) -> bool:
+        """True when the index lives in a store that several processes share (Redis)."""
+        return self.storage.shared
+
+    def _meta(self) -> dict[str, Any]:
+        b, r = self.bands
+        return {
+            "format": "rag-dedup-index",
+            "format_version": FORMAT_VERSION,
+            "threshold": self.threshold,
+            "num_perm": self.num_perm,
+            "seed": self.seed,
+            "scheme": SCHEME,
+            "b": b,
+            "r": r,
+            "ngram": self.ngram,
+            "normalization": NORMALIZATION,
+            "shingling": SHINGLING,
+            "policy": _policy_name(self.policy),
+        }
+
+    def _check_meta(self, stored: Mapping[str, Any], where: str) -> None:
+        version = stored.get("format_version")
+        if stored.get("format") != "rag-dedup-index" or not isinstance(version, int):
+            raise IndexMismatchError(f"{where} does not hold a rag-dedup index (no format/format_version)")
+        if version > FORMAT_VERSION:
+            raise IndexMismatchError(
+                f"{where} holds index format {version}, newer than this rag-dedup understands "
+                f"({FORMAT_VERSION}); upgrade rag-dedup"
+            )
+        expected = self._meta()
+        for name in ("threshold", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling"):
+            if stored.get(name) != expected[name]:
+                raise IndexMismatchError(
+                    f"{where} was built with {name}={stored.get(name)!r} but this index has {name}={expected[name]!r}; "
+                    "open it with the same parameters (DedupIndex.load reads them from the files)"
+                )
+        if stored.get("policy") != expected["policy"]:
+            raise IndexMismatchError(
+                f"{where} was built with representative policy {stored.get('policy')!r} but this index uses "
+                f"{expected['policy']!r}; pass policy= the same function"
+            )
+
+    # --- adding -----------------------------------------------------------------------------
+    def add(
+        self,
+        key: str,
+        text: str,
+        *,
+        source: str | None = None,
+        authority: float = 0.0,
+        first_seen: float | _dt.datetime | None = None,
+    ) -> Match:
+        """Add one text under ``key`` and return where it stands now.
+
+        Args:
+            key: A unique key (for example a node id).
+            text: The original text; duplicates are judged on its canonical form.
+            source: Where it came from (a document id, a path): reports count removals per source.
+            authority: Higher wins a tie in length when choosing the representative.
+            first_seen: A POSIX timestamp or datetime; earlier wins the next tie. None counts as latest.
+
+        Raises:
+            TypeError: ``key`` or ``text`` (or another argument) has the wrong type.
+            ValueError: ``key`` is already in the index (``remove`` it first to replace its text).
+        """
+        item = _parse_item(key, text, source, authority, first_seen, where="")
+        self._add_batch([item])
+        return self.matches([key])[0]
+
+    def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
+        """Add many texts; the same final state as adding them one by one, in any order, much faster.
+
+        Args:
+            items: ``(key, text)`` pairs, or mappings with ``key`` and ``text`` and optionally
+                ``source``, ``authority`` and ``first_seen``.
+
+        Returns:
+            One :class:`Match` per item, as things stand after the whole batch.
+
+        Raises:
+            TypeError, ValueError: As :meth:`add`, naming the offending item; nothing is added then
+                from the batch of up to 2048 items that held it.
+        """
+        parsed: list[_Item] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(items):
+            item = _parse_raw(raw, i)
+            if item.key in seen:
+                raise ValueError(f"items[{i}]: key {item.key!r} appears twice in this batch")
+            seen.add(item.key)
+            parsed.append(item)
+        for start in range(0, len(parsed), _BATCH):
+            self._add_batch(parsed[start : start + _BATCH])
+        return self.matches([item.key for item in parsed])
+
+    def _add_batch(self, items: Sequence[_Item]) -> None:
+        storage = self.storage
+        with storage.lock():
+            keys = [item.key for item in items]
+            for key, rec in zip(keys, storage.get_items(keys)):
+                if rec is not None:
+                    raise ValueError(f"key {key!r} is already in the index; remove() it first to replace its text")
+            canon = [canonical(item.text) for item in items]
+            digests = [_digest(c) if c else None for c in canon]
+            unique = list(dict.fromkeys(d for d in digests if d is not None))
+            gid_of = dict(zip(unique, storage.find_groups(unique)))
+            fresh = [d for d in unique if gid_of[d] is None]
+            fresh_text = {d: c for d, c in zip(digests, canon) if d in gid_of and gid_of[d] is None}
+            sets = shingle_hashes_many([fresh_text[d] for d in fresh], self.ngram, canonicalized=True)
+            band_keys = self._band_keys(sets)
+            new_gids = storage.create_groups(fresh, sets, band_keys)
+            gid_of.update(zip(fresh, new_gids))
+            records = {
+                item.key: ItemRecord(
+                    gid=EMPTY_GROUP if d is None else gid_of[d],
+                    length=len(item.text),
+                    source=item.source,
+                    authority=item.authority,
+                    first_seen=item.first_seen,
+                )
+                for item, d in zip(items, digests)
+            }
+            storage.put_items(records)
+
+            shingles = dict(zip(new_gids, sets))
+            candidates = storage.query_bands(band_keys)
+            # Groups that changed: new ones, and old ones that received an exact copy.
+            touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
+            self._link_and_recluster(touched, dict(zip(new_gids, candidates)), shingles, fresh_items=records)
+
+    def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        b, r = self.bands
+        return lsh.band_keys(self._hasher.signatures(sets), b, r)
+
+    def _link_and_recluster(
+        self,
+        touched: Sequence[int],
+        candidates: Mapping[int, set[int]],
+        shingles: dict[int, np.ndarray],
+        fresh_items: Mapping[str, ItemRecord],
+    ) -> None:
+        """Verify the candidates of new groups, merge components, and recluster what changed."""
+        storage = self.storage
+        others = sorted({c for g, cs in candidates.items() for c in cs if c not in shingles})
+        shingles.update(zip(others, storage.group_shingles(others)))
+        involved = list(dict.fromkeys([*touched, *others]))
+        component = dict(zip(involved, storage.component_members(involved)))
+        uf: UnionFind[int] = UnionFind()
+        for g in involved:
+            uf.add(min(component[g]))
+        for g in sorted(candidates):
+            for c in sorted(candidates[g]):
+                if c == g or uf.find(min(component[g])) == uf.find(min(component[c])):
+                    continue
+                if jaccard(shingles[g], shingles[c]) >= self.threshold:
+                    uf.union(min(component[g]), min(component[c]))
+        merged: dict[int, set[int]] = {}
+        for g in involved:
+            merged.setdefault(uf.find(min(component[g])), set()).update(component[g])
+        changed = [comp for comp in merged.values() if len(comp) > 1]
+        storage.set_components(changed)
+        touched_set = set(touched)
+        keys: list[str] = []
+        clusters: list[ClusterEntry] = []
+        for comp in merged.values():
+            if not comp & touched_set:
+                continue
+            if len(comp) == 1:
+                (g,) = comp
+                members = storage.group_items([g])[0]
+                if len(members) == 1 and members[0] in fresh_items:
+                    continue  # a new text alone in a new group: a cluster of its own, nothing stored
+            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
+            keys.extend(comp_keys)
+            clusters.extend(comp_clusters)
+        if keys:
+            storage.set_clusters(keys, clusters)
+
+    def _cluster_component(self, gids: Sequence[int], shingles: dict[int, np.ndarray]) -> tuple[list[str], list[ClusterEntry]]:
+        """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.split_component`)."""
+        storage = self.storage
+        missing = [g for g in gids if g not in shingles]
+        shingles.update(zip(missing, storage.group_shingles(missing)))
+        keys = [k for ks in storage.group_items(gids) for k in ks]
+        members = []
+        gid_of: dict[str, int] = {}
+        for key, rec in zip(keys, storage.get_items(keys)):
+            if rec is None:
+                raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
+            gid_of[key] = rec.gid
+            members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
+        cache: dict[tuple[int, int], float] = {}
+
+        def similarity(a: Member, b: Member) -> float:
+            ga, gb = gid_of[a.key], gid_of[b.key]
+            if ga == gb:
+                return 1.0
+            pair = (ga, gb) if ga < gb else (gb, ga)
+            if pair not in cache:
+                cache[pair] = jaccard(shingles[ga], shingles[gb])
+            return cache[pair]
+
+        return keys, split_component(members, similarity, self.threshold, self.policy)
+
+    # --- removing ---------------------------------------------------------------------------
+    def remove(self, key: str) -> None:
+        """Remove ``key``; its cluster re-elects a representative (and may split).
+
+        Raises:
+            TypeError: ``key`` is not a str.
+            KeyError: ``key`` is not in the index.
+        """
+        _check_key(key, "key")
+        storage = self.storage
+        with storage.lock():
+            rec = storage.get_items([key])[0]
+            if rec is None:
+                raise KeyError(f"{key!r} is not in the index")
+            storage.delete_items({key: rec})
+            if rec.gid == EMPTY_GROUP:
+                storage.set_clusters([key], [])
+                return
+            comp = storage.component_members([rec.gid])[0]
+            if storage.group_items([rec.gid])[0]:
+                keys, clusters = self._cluster_component(sorted(comp), {})
+                storage.set_clusters([key, *keys], clusters)
+                return
+            (sh,) = storage.group_shingles([rec.gid])
+            storage.delete_group(rec.gid, self._band_keys([sh]))
+            rest = sorted(comp - {rec.gid})
+            if not rest:
+                storage.set_clusters([key], [])
+                return
+            # The component may fall apart: rebuild its edges among the remaining groups.
+            shingles = dict(zip(rest, storage.group_shingles(rest)))
+            band_keys = self._band_keys([shingles[g] for g in rest])
+            inside = set(rest)
+            uf: UnionFind[int] = UnionFind(rest)
+            for g, cands in zip(rest, storage.query_bands(band_keys)):
+                for c in sorted(cands & inside):
+                    if c > g and uf.find(c) != uf.find(g) and jaccard(shingles[g], shingles[c]) >= self.threshold:
+                        uf.union(g, c)
+            parts = uf.groups()
+            storage.set_components(parts)
+            keys, clusters = [key], []
+            for part in parts:
+                part_keys, part_clusters = self._cluster_component(sorted(part), shingles)
+                keys.extend(part_keys)
+                clusters.extend(part_clusters)
+            storage.set_clusters(keys, clusters)
+
+    # --- reading ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.storage.item_count()
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.storage.get_items([key])[0] is not None
+
+    def matches(self, keys: Sequence[str]) -> list[Match]:
+        """Where each key stands now (see :class:`Match`).
+
+        Raises:
+            KeyError: A key is not in the index.
+        """
+        storage = self.storage
+        records = storage.get_items(keys)
+        for key, rec in zip(keys, records):
+            if rec is None:
+                raise KeyError(f"{key!r} is not in the index")
+        entries = storage.get_clusters(keys)
+        reps = sorted({e[0] for e in entries if e is not None})
+        rep_gid = {k: r.gid for k, r in zip(reps, storage.get_items(reps)) if r is not None}
+        out = []
+        for key, rec, entry in zip(keys, records, entries):
+            assert rec is not None
+            if entry is None or entry[0] == key:
+                out.append(Match(key, key, key, None, 1.0, "unique"))
+            else:
+                rep, sim = entry
+                kind: Kind = "exact" if rep_gid.get(rep) == rec.gid else "near"
+                out.append(Match(key, rep, rep, rep, sim, kind))
+        return out
+
+    def match(self, key: str) -> Match:
+        """Where ``key`` stands now. Raises KeyError for an unknown key."""
+        _check_key(key, "key")
+        return self.matches([key])[0]
+
+    def resolve(self, key: str) -> str:
+        """The key of ``key``'s current representative (``key`` itself for a representative)."""
+        return self.match(key).representative
+
+    def cluster_of(self, key: str) -> str:
+        """The id of ``key``'s cluster (its representative's key)."""
+        return self.match(key).cluster_id
+
+    def members(self, cluster_id: str) -> list[str]:
+        """The keys in a cluster, representative first.
+
+        Raises:
+            KeyError: No cluster has this id (it is unknown, or a key that is not a representative).
+        """
+        _check_key(cluster_id, "cluster_id")
+        found = self.storage.cluster_members([cluster_id])[0]
+        if found:
+            return [k for k, _ in found]
+        m = self.match(cluster_id)
+        if m.duplicate_of is not None:
+            raise KeyError(f"{cluster_id!r} is not a cluster id; it is a member of cluster {m.cluster_id!r}")
+        return [cluster_id]
+
+    def representative(self, cluster_id: str) -> str:
+        """The representative's key of a cluster (raises KeyError like :meth:`members`)."""
+        return self.members(cluster_id)[0]
+
+    def clusters(self, *, include_singletons: bool = True) -> Iterator[tuple[str, list[str]]]:
+        """Every cluster as (cluster_id, member keys, representative first)."""
+        in_cluster: set[str] = set()
+        for rep, members in self.storage.iter_clusters():
+            in_cluster.update(k for k, _ in members)
+            yield rep, [k for k, _ in members]
+        if include_singletons:
+            for key in self.storage.iter_keys():
+                if key not in in_cluster:
+                    yield key, [key]
+
+    def keys_of_source(self, source: str) -> list[str]:
+        """The keys added with ``source``."""
+        return self.storage.keys_of_source(source)
+
+    def query(self, text: str) -> list[tuple[str, float]]:
+        """Keys whose texts have Jaccard similarity >= threshold with ``text``, most similar first.
+
+        The similarity is the exact Jaccard of shingle sets (LSH proposes, the sets decide).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        canon = canonical(text)
+        if not canon:
+            return []
+        sets = shingle_hashes_many([canon], self.ngram, canonicalized=True)
+        (cands,) = self.storage.query_bands(self._band_keys(sets))
+        gids = sorted(cands)
+        scored = []
+        for gid, sh in zip(gids, self.storage.group_shingles(gids)):
+            s = jaccard(sets[0], sh)
+            if s >= self.threshold:
+                scored.append((gid, s))
+        out = []
+        for (gid, s), keys in zip(scored, self.storage.group_items([g for g, _ in scored])):
+            out.extend((k, s) for k in keys)
+        out.sort(key=lambda ks: (-ks[1], ks[0]))
+        return out
+
+    # --- persistence ------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save an in-memory index to directory ``path`` (atomically; no pickle)."""
+        from rag_dedup.storage.directory import save_directory
+
+        if not isinstance(self.storage, MemoryStorage):
+            raise TypeError(
+                f"save() writes an in-memory index; this one lives in {self.storage!r}, which persists by itself"
+            )
+        save_directory(path, self._meta(), self.storage)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, policy: Policy | None = None) -> DedupIndex:
+        """Load an index saved with :meth:`save`; it answers exactly as before saving.
+
+        Args:
+            path: The directory.
+            policy: The representative policy, required when the index was saved with a custom one.
+
+        Raises:
+            FileNotFoundError: No saved index at ``path``.
+            rag_dedup.storage.directory.CorruptIndexError: A file is damaged, truncated or missing.
+            IndexMismatchError: A newer format, or a custom policy that was not passed.
+        """
+        from rag_dedup.storage.directory import load_directory
+
+        meta, storage = load_directory(path)
+        saved_policy = meta.get("policy")
+        if policy is None and saved_policy != _policy_name(longest_then_authority):
+            raise IndexMismatchError(
+                f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}; pass policy= that function"
+            )
+        chosen = policy or longest_then_authority
+        if _policy_name(chosen) != saved_policy:
+            raise IndexMismatchError(
+                f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}, not {_policy_name(chosen)!r}"
+            )
+        return cls(
+            threshold=meta["threshold"],
+            num_perm=meta["num_perm"],
+            ngram=meta["ngram"],
+            storage=storage,
+            policy=chosen,
+            seed=meta["seed"],
+        )
+
+    def __repr__(self) -> str:
+        b, r = self.bands
+        return f"DedupIndex(threshold={self.threshold}, num_perm={self.num_perm}, ngram={self.ngram}, bands={b}x{r}, items={len(self)})"
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _digest(canon: str) -> bytes:
+    return hashlib.blake2b(canon.encode("utf-8"), digest_size=16).digest()
+
+
+def _policy_name(policy: Policy) -> str:
+    return f"{getattr(policy, '__module__', '?')}.{getattr(policy, '__qualname__', type(policy).__name__)}"
+
+
+def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
+    if storage is None:
+        return MemoryStorage()
+    if isinstance(storage, Storage):
+        return storage
+    if isinstance(storage, str):
+        if storage.startswith(("redis://", "rediss://", "unix://")):
+            from rag_dedup.storage.redis import RedisStorage
+
+            return RedisStorage(storage, namespace=namespace)
+        raise ValueError(f"storage {storage!r} is not a redis:// or rediss:// URL; pass None for memory or a Storage")
+    raise TypeError(f"storage must be None, a Redis URL or a Storage, got {type(storage).__name__}")
+
+
+def _check_key(key: object, name: str) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"{name} must be str, got {type(key).__name__}")
+    if not key:
+        raise ValueError(f"{name} must be a non-empty string")
+
+
+def _parse_item(key: object, text: object, source: object, authority: object, first_seen: object, where: str) -> _Item:
+    _check_key(key, f"{where}key")
+    if not isinstance(text, str):
+        raise TypeError(f"{where}text must be str, got {type(text).__name__} (key {key!r})")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
+    if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
+        raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
+    return _Item(key, text, source, float(authority), _timestamp(first_seen, where, key))  # type: ignore[arg-type]
+
+
+def _parse_raw(raw: object, i: int) -> _Item:
+    where = f"items[{i}]: "
+    if isinstance(raw, tuple) and len(raw) == 2:
+        return _parse_item(raw[0], raw[1], None, 0.0, None, where)
+    if isinstance(raw, Mapping):
+        unknown = set(raw) - {"key", "text", "source", "authority", "first_seen"}
+        if unknown or "key" not in raw or "text" not in raw:
+            raise ValueError(
+                f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); "
+                f"got {sorted(raw)}"
+            )
+        return _parse_item(
+            raw["key"], raw["text"], raw.get("source"), raw.get("authority", 0.0), raw.get("first_seen"), where
+        )
+    raise TypeError(f"{where}expected a (key, text) tuple or a mapping with key and text, got {type(raw).__name__}")
+
+
+def _timestamp(value: object, where: str, key: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return value.timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise TypeError(f"{where}first_seen must be a timestamp, a datetime or None, got {value!r} (key {key!r})")

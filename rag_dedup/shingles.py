@@ -1,0 +1,254 @@
+"""Word n-gram shingles of the canonical text, hashed to 32 bits, computed in bulk with numpy.
+
+A text becomes the set of its word ``ngram``-grams (words are runs of non-whitespace in
+:func:`~rag_dedup.normalize.canonical` form). Each shingle is hashed to a 32-bit integer, and
+the set is returned as a sorted array of unique ``uint32`` values. Near-duplicate detection is
+Jaccard similarity of these sets, |A ∩ B| / |A ∪ B|.
+
+The short-text rule: a text with fewer words than ``ngram`` (but at least one) is one shingle made
+of all its words, so two different three-word texts share nothing (Jaccard 0), and a short text is
+never a near-duplicate of a long one. An empty or whitespace-only text has no shingles, and
+:func:`jaccard` of an empty set with anything is 0: an empty text is no one's duplicate.
+
+How the hashing is vectorised (the bottleneck of signature computation is here, not in MinHash):
+
+* word hash: a polynomial over the word's UTF-8 bytes, ``w = Σ_k byte_k · P^k mod 2^64``. For a
+  whole batch at once: prefix sums ``S_i = Σ_{j<i} byte_j · P^j`` (numpy's uint64 ``cumsum`` wraps,
+  which *is* the ``mod 2^64``), then ``w = (S_end - S_start) · Q^start`` with ``Q = P^-1 mod 2^64``
+  (``P`` is odd, so it is invertible modulo a power of two);
+* shingle hash: ``fmix64(Σ_k w_{i+k} · C_k) >> 32`` with fixed odd constants ``C_k`` (the order of
+  the words matters) and MurmurHash3's 64-bit finaliser to spread the bits.
+
+:func:`reference_shingle_hashes` computes the same values one word at a time in pure Python; the
+test suite holds the two equal, value for value.
+
+Example:
+    >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
+    >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
+    >>> len(a), len(b), round(jaccard(a, b), 3)
+    (5, 5, 0.667)
+    >>> jaccard(shingle_hashes("one word"), shingle_hashes("another word"))
+    0.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rag_dedup.normalize import canonical
+
+__all__ = [
+    "DEFAULT_NGRAM",
+    "jaccard",
+    "reference_shingle_hashes",
+    "shingle_hashes",
+    "shingle_hashes_many",
+]
+
+#: Five-word shingles: long enough that unrelated prose rarely shares one, short enough that a
+#: one-word edit changes only five of them.
+DEFAULT_NGRAM = 5
+
+_MASK64 = (1 << 64) - 1
+# The polynomial base: the 64-bit FNV prime (odd, hence invertible mod 2^64).
+_P = 0x100000001B3
+_Q = pow(_P, -1, 1 << 64)
+# Per-position word multipliers C_k (odd, from splitmix64 of k) and a marker for the word count of a
+# short text, so a short text's single shingle cannot equal a regular n-gram's on purpose.
+_SHORT_MARK = 0x9E3779B97F4A7C15
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+_MAX_NGRAM = 64
+_C = [_splitmix64(k) | 1 for k in range(_MAX_NGRAM)]
+_C_NP = np.array(_C, dtype=np.uint64)
+
+# Bytes that separate words in canonical text (canonical() leaves only spaces and newlines).
+_SPACE, _NEWLINE = 32, 10
+# Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries.
+_PIECE_BYTES = 1 << 17
+
+
+def _fmix64_py(x: int) -> int:
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _MASK64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _MASK64
+    return x ^ (x >> 33)
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, element-wise on a ``uint64`` array (a bijection)."""
+    x = x ^ (x >> np.uint64(33))
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xC4CEB9FE1A85EC53)
+    x ^= x >> np.uint64(33)
+    return x
+
+
+class _Powers:
+    """Growing tables of P^i and Q^i modulo 2^64 (shared, grown on demand, never shrunk)."""
+
+    def __init__(self) -> None:
+        self.p = np.ones(1, dtype=np.uint64)
+        self.q = np.ones(1, dtype=np.uint64)
+
+    def ensure(self, n: int) -> None:
+        if len(self.p) >= n:
+            return
+        size = max(n, 2 * len(self.p), 1024)
+        one = np.ones(1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            self.p = np.concatenate((one, np.cumprod(np.full(size - 1, _P, dtype=np.uint64))))
+            self.q = np.concatenate((one, np.cumprod(np.full(size - 1, _Q, dtype=np.uint64))))
+
+
+_POWERS = _Powers()
+
+
+def _check_ngram(ngram: int) -> None:
+    if isinstance(ngram, bool) or not isinstance(ngram, int):
+        raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
+    if not 1 <= ngram <= _MAX_NGRAM:
+        raise ValueError(f"ngram ({ngram}) must be between 1 and {_MAX_NGRAM}; 5-word shingles are the usual choice")
+
+
+def _word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hash every word of a UTF-8 buffer; return (word start offsets, 64-bit word hashes)."""
+    n = len(buf)
+    is_word = (buf != _SPACE) & (buf != _NEWLINE)
+    edges = np.diff(np.concatenate(([False], is_word, [False])).view(np.int8))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    _POWERS.ensure(n + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.empty(n + 1, dtype=np.uint64)
+        prefix[0] = 0
+        np.cumsum(buf.astype(np.uint64) * _POWERS.p[:n], out=prefix[1:])
+        words = (prefix[ends] - prefix[starts]) * _POWERS.q[starts]
+    return starts, words
+
+
+def _hash_piece(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
+    """Shingle hashes of canonical texts whose UTF-8 forms are joined into one buffer."""
+    encoded = [t.encode("utf-8") for t in texts]
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+    buf = np.frombuffer(b"\n".join(encoded), dtype=np.uint8)
+    starts, words = _word_hashes(buf)
+    text_of_word = np.searchsorted(text_starts, starts, side="right") - 1
+    words_per_text = np.bincount(text_of_word, minlength=len(texts))
+    first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+
+    out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
+    with np.errstate(over="ignore"):
+        # Regular shingles: windows of `ngram` consecutive words inside one text.
+        m = len(words) - ngram + 1
+        if m > 0:
+            combined = words[:m] * _C_NP[0]
+            for k in range(1, ngram):
+                combined += words[k : k + m] * _C_NP[k]
+            valid = text_of_word[:m] == text_of_word[ngram - 1 :]
+            owner = text_of_word[:m][valid]
+            hashed = (fmix64(combined[valid]) >> np.uint64(32)).astype(np.uint64)
+            tagged = np.sort((owner.astype(np.uint64) << np.uint64(32)) | hashed)
+            first = np.empty(len(tagged), dtype=bool)
+            first[:1] = True
+            np.not_equal(tagged[1:], tagged[:-1], out=first[1:])
+            tagged = tagged[first]
+            owners = (tagged >> np.uint64(32)).astype(np.int64)
+            values = (tagged & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            bounds = np.searchsorted(owners, np.arange(len(texts) + 1))
+            for i in np.flatnonzero(np.diff(bounds)):
+                out[i] = values[bounds[i] : bounds[i + 1]]
+        # Short texts (1 <= words < ngram): one shingle of all their words.
+        for i in np.flatnonzero((words_per_text > 0) & (words_per_text < ngram)):
+            w = words[first_word[i] : first_word[i] + words_per_text[i]]
+            total = int(len(w)) * _SHORT_MARK + sum(int(x) * _C[k] for k, x in enumerate(w.tolist()))
+            out[i] = np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)
+    return out
+
+
+def shingle_hashes_many(texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, canonicalized: bool = False) -> list[np.ndarray]:
+    """Shingle-hash sets of many texts at once (much faster than one at a time).
+
+    Args:
+        texts: The texts.
+        ngram: Words per shingle.
+        canonicalized: The texts are already in :func:`canonical` form (skips normalising again).
+
+    Returns:
+        One sorted array of unique ``uint32`` shingle hashes per text, equal to
+        ``shingle_hashes(text, ngram)`` for each.
+
+    Raises:
+        TypeError: A text is not a ``str``.
+    """
+    _check_ngram(ngram)
+    canon: list[str] = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+        canon.append(text if canonicalized else canonical(text))
+    out: list[np.ndarray] = []
+    piece: list[str] = []
+    size = 0
+    for text in canon:
+        piece.append(text)
+        size += len(text) + 1
+        if size >= _PIECE_BYTES:
+            out.extend(_hash_piece(piece, ngram))
+            piece, size = [], 0
+    if piece:
+        out.extend(_hash_piece(piece, ngram))
+    return out
+
+
+def shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarray:
+    """The sorted unique ``uint32`` shingle hashes of ``text`` (see the module docstring)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    return shingle_hashes_many([text], ngram)[0]
+
+
+def reference_shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarray:
+    """The same values as :func:`shingle_hashes`, one word at a time in pure Python (slow; for tests)."""
+    _check_ngram(ngram)
+    words = []
+    for word in canonical(text).encode("utf-8").replace(b"\n", b" ").split(b" "):
+        if word:
+            words.append(sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(word)) & _MASK64)
+    if not words:
+        return np.empty(0, dtype=np.uint32)
+    if len(words) < ngram:
+        total = len(words) * _SHORT_MARK + sum(w * _C[k] for k, w in enumerate(words))
+        return np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)
+    values = set()
+    for i in range(len(words) - ngram + 1):
+        total = sum(words[i + k] * _C[k] for k in range(ngram)) & _MASK64
+        values.add(_fmix64_py(total) >> 32)
+    return np.array(sorted(values), dtype=np.uint32)
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity |A ∩ B| / |A ∪ B| of two sorted unique shingle-hash arrays.
+
+    Returns 0.0 when either set is empty: an empty text is no one's duplicate.
+    """
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    if len(a) > len(b):
+        a, b = b, a
+    pos = np.searchsorted(b, a)
+    pos[pos == len(b)] = 0
+    inter = int(np.count_nonzero(b[pos] == a))
+    return inter / (len(a) + len(b) - inter)

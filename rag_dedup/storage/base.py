@@ -1,0 +1,146 @@
+"""The storage contract of a :class:`~rag_dedup.index.DedupIndex`: what it keeps, and where.
+
+An index keeps five kinds of state, all behind this interface so that it can live in process memory
+(:class:`~rag_dedup.storage.memory.MemoryStorage`, the default, saved to a directory) or in Redis,
+shared by many workers:
+
+* **items** — every added key with its :class:`ItemRecord`; nothing is ever deleted but by ``remove``;
+* **groups** — one per distinct canonical text (exact-duplicate class): its digest, its sorted
+  shingle-hash array, the keys of its items, and its LSH bucket entries;
+* **bands** — LSH buckets: band key → group ids;
+* **components** — connected components of the verified near-duplicate graph over groups (only
+  components of two or more groups are stored);
+* **clusters** — for every item in a cluster of two or more items, its representative and its
+  similarity to it; an item with no entry is a cluster of its own.
+
+Every method works on a batch, so that a remote backend can answer in one round trip.
+:meth:`Storage.lock` serialises writers where several processes share a store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EMPTY_GROUP", "ClusterEntry", "ItemRecord", "Storage"]
+
+#: The group id of an item whose canonical text is empty: it belongs to no group and is no one's duplicate.
+EMPTY_GROUP = -1
+
+#: One cluster: (representative key, [(member key, similarity to the representative), ...]).
+ClusterEntry = tuple[str, list[tuple[str, float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """What the index keeps of one added item (never its text)."""
+
+    gid: int
+    length: int
+    source: str | None
+    authority: float
+    first_seen: float | None
+
+
+class Storage(ABC):
+    """Where a DedupIndex keeps its state. Subclasses implement every abstract method."""
+
+    #: True when several processes can share this storage (and therefore the index).
+    shared: bool = False
+
+    # --- metadata ---------------------------------------------------------------------------
+    @abstractmethod
+    def load_meta(self) -> dict[str, Any] | None:
+        """The stored index parameters, or None for a new store."""
+
+    @abstractmethod
+    def save_meta(self, meta: Mapping[str, Any]) -> None:
+        """Store the index parameters."""
+
+    def lock(self) -> contextlib.AbstractContextManager[Any]:
+        """A context manager that holds the store's write lock (a no-op for a private store)."""
+        return contextlib.nullcontext()
+
+    # --- items ------------------------------------------------------------------------------
+    @abstractmethod
+    def get_items(self, keys: Sequence[str]) -> list[ItemRecord | None]:
+        """The record of each key, or None where the key is unknown."""
+
+    @abstractmethod
+    def put_items(self, items: Mapping[str, ItemRecord]) -> None:
+        """Add new items (keys not yet stored), filing each under its group and source."""
+
+    @abstractmethod
+    def delete_items(self, items: Mapping[str, ItemRecord]) -> None:
+        """Remove items (with the records they were stored with) from items, groups and sources."""
+
+    @abstractmethod
+    def item_count(self) -> int:
+        """How many items are stored."""
+
+    @abstractmethod
+    def iter_keys(self) -> Iterator[str]:
+        """Every stored key."""
+
+    @abstractmethod
+    def keys_of_source(self, source: str) -> list[str]:
+        """The keys added with ``source``."""
+
+    # --- groups and bands -------------------------------------------------------------------
+    @abstractmethod
+    def find_groups(self, digests: Sequence[bytes]) -> list[int | None]:
+        """The group id of each canonical-text digest, or None where there is none."""
+
+    @abstractmethod
+    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        """Create one group per digest with its shingle array and ``band_keys`` row; return the new ids."""
+
+    @abstractmethod
+    def delete_group(self, gid: int, band_keys: np.ndarray) -> None:
+        """Delete an empty group: its digest, shingles, bucket entries (``band_keys`` row) and component."""
+
+    @abstractmethod
+    def group_items(self, gids: Sequence[int]) -> list[list[str]]:
+        """The keys filed under each group."""
+
+    @abstractmethod
+    def group_shingles(self, gids: Sequence[int]) -> list[np.ndarray]:
+        """The sorted uint32 shingle array of each group."""
+
+    @abstractmethod
+    def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
+        """For each row of an ``(n, b)`` band-key array, the ids of groups sharing at least one bucket."""
+
+    # --- components -------------------------------------------------------------------------
+    @abstractmethod
+    def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
+        """The full component of each group (``{gid}`` when it is alone)."""
+
+    @abstractmethod
+    def set_components(self, components: Sequence[Collection[int]]) -> None:
+        """Record each collection as one whole component (a single group means: alone)."""
+
+    # --- clusters ---------------------------------------------------------------------------
+    @abstractmethod
+    def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
+        """(representative, similarity) of each key, or None where the key is a cluster of its own."""
+
+    @abstractmethod
+    def cluster_members(self, representatives: Sequence[str]) -> list[list[tuple[str, float]]]:
+        """The (key, similarity) members of each cluster of two or more items; [] otherwise."""
+
+    @abstractmethod
+    def set_clusters(self, keys: Collection[str], clusters: Sequence[ClusterEntry]) -> None:
+        """Replace the clusters of ``keys`` (old entries dropped) by ``clusters`` (singletons not stored)."""
+
+    @abstractmethod
+    def iter_clusters(self) -> Iterator[ClusterEntry]:
+        """Every cluster of two or more items."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default does nothing."""
