@@ -6,10 +6,11 @@ which nodes were added, but a component can be a *chain* (A~B, B~C, while A and 
 gluing a whole chain into one cluster would make a representative stand for text it does not contain.
 
 So each component is split by :func:`split_component`, a pure function of its members: let the policy
-choose a center among the members not yet placed; the center and every unplaced member with Jaccard
->= threshold *to the center* form a cluster; repeat. Every member of a cluster is therefore within the
-threshold of its representative, and the result depends only on the set of members, never on arrival
-or union order.
+choose a center among the members not yet placed; the center, every unplaced member with Jaccard
+>= threshold *to the center*, and every unplaced member at least ``floor``-similar to the center that
+is a near-duplicate of a member already placed, form a cluster; repeat. Every member of a cluster is
+therefore at least ``floor``-similar to its representative (no drift along chains), and the result
+depends only on the set of members, never on arrival or union order.
 
 Example:
     >>> from rag_dedup.policy import Member, longest_then_authority
@@ -78,33 +79,58 @@ def split_component(
     similarity: Callable[[Member, Member], float],
     threshold: float,
     policy: Policy,
+    floor: float | None = None,
 ) -> list[tuple[str, list[tuple[str, float]]]]:
     """Split one connected component into clusters around policy-chosen centers.
+
+    A cluster is its center, every unplaced member with similarity >= ``threshold`` to the center,
+    and, to a fixpoint, every unplaced member with similarity >= ``floor`` to the center that has
+    similarity >= ``threshold`` to a member already in the cluster. The floor bounds chaining drift
+    (every member is at least ``floor``-similar to its representative) while a near-duplicate pair
+    is not torn apart merely because one of the two is a little further from the center.
 
     Args:
         members: The component's items.
         similarity: Jaccard similarity of two members (1.0 for a member and itself).
-        threshold: A member joins a center when ``similarity >= threshold``.
+        threshold: The duplicate threshold.
         policy: Chooses the center among the members not yet placed.
+        floor: The least similarity to the center a member reached through a chain may have;
+            None means ``threshold`` (no chains).
 
     Returns:
         ``[(representative_key, [(member_key, similarity_to_representative), ...]), ...]`` in the
         order the centers were chosen; each member list starts with the representative.
     """
+    floor = threshold if floor is None else min(floor, threshold)
     remaining = list(members)
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
         center = choose(policy, remaining)
-        placed = [(center.key, 1.0)]
-        rest = []
+        placed: list[tuple[Member, float]] = [(center, 1.0)]
+        fringe: list[tuple[Member, float]] = []
+        rest: list[Member] = []
         for m in remaining:
             if m.key == center.key:
                 continue
             s = similarity(center, m)
             if s >= threshold:
-                placed.append((m.key, s))
+                placed.append((m, s))
+            elif s >= floor:
+                fringe.append((m, s))
             else:
                 rest.append(m)
-        clusters.append((center.key, placed))
+        grew = True
+        while fringe and grew:
+            grew = False
+            still: list[tuple[Member, float]] = []
+            for m, s in fringe:
+                if any(similarity(p, m) >= threshold for p, _ in placed[1:]):
+                    placed.append((m, s))
+                    grew = True
+                else:
+                    still.append((m, s))
+            fringe = still
+        rest.extend(m for m, _ in fringe)
+        clusters.append((center.key, [(m.key, s) for m, s in placed]))
         remaining = rest
     return clusters

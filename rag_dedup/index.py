@@ -12,7 +12,8 @@ How a text is placed:
    at J = 0.8, so it proposes but never decides.
 4. **Clusters.** Connected components of the edge graph are split around policy-chosen centers
    (:func:`~rag_dedup.clusters.split_component`): every member is within the threshold of its
-   representative, so a chain A~B~C cannot glue together texts that share little.
+   representative, or within ``drift_floor`` and a near-duplicate of another member, so a chain
+   A~B~C cannot glue together texts that share little.
 
 Steps 1-4 depend only on the *set* of items, so adding the same items in any order, one at a time or
 in batches, gives the same clusters and representatives. A cluster's id is its representative's key.
@@ -42,6 +43,7 @@ import datetime as _dt
 import hashlib
 import math
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -119,6 +121,9 @@ class DedupIndex:
         policy: Chooses a cluster's representative from its members; must be a pure function of them.
             Default: longest text, then highest authority, then earliest first_seen, then smallest key.
         seed: MinHash permutation seed.
+        drift_floor: No member of a cluster is less similar than this to its representative; a member
+            between ``drift_floor`` and ``threshold`` joins only through a near-duplicate already in the
+            cluster. Default ``threshold - 0.1``.
 
     Raises:
         ValueError: A parameter is out of range, or the storage holds an index made with others.
@@ -135,6 +140,7 @@ class DedupIndex:
         namespace: str = "rag-dedup",
         policy: Policy | None = None,
         seed: int = 1,
+        drift_floor: float | None = None,
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
             raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
@@ -144,9 +150,16 @@ class DedupIndex:
             raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
         if not 1 <= ngram <= 64:
             raise ValueError(f"ngram ({ngram}) must be between 1 and 64; 5-word shingles are the usual choice")
+        if drift_floor is None:
+            drift_floor = max(0.0, float(threshold) - 0.1)
+        if isinstance(drift_floor, bool) or not isinstance(drift_floor, (int, float)):
+            raise TypeError(f"drift_floor must be a number, got {type(drift_floor).__name__}")
+        if not 0.0 <= drift_floor <= threshold:
+            raise ValueError(f"drift_floor ({drift_floor}) must be in [0, threshold ({threshold})]")
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable, got {type(policy).__name__}")
         self.threshold = float(threshold)
+        self.drift_floor = float(drift_floor)
         self.ngram = ngram
         self.policy: Policy = policy or longest_then_authority
         self._hasher = MinHasher(num_perm=num_perm, seed=seed)
@@ -177,6 +190,7 @@ class DedupIndex:
             "format": "rag-dedup-index",
             "format_version": FORMAT_VERSION,
             "threshold": self.threshold,
+            "drift_floor": self.drift_floor,
             "num_perm": self.num_perm,
             "seed": self.seed,
             "scheme": SCHEME,
@@ -198,7 +212,7 @@ class DedupIndex:
                 f"({FORMAT_VERSION}); upgrade rag-dedup"
             )
         expected = self._meta()
-        for name in ("threshold", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling"):
+        for name in ("threshold", "drift_floor", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling"):
             if stored.get(name) != expected[name]:
                 raise IndexMismatchError(
                     f"{where} was built with {name}={stored.get(name)!r} but this index has {name}={expected[name]!r}; "
@@ -231,7 +245,8 @@ class DedupIndex:
 
         Raises:
             TypeError: ``key`` or ``text`` (or another argument) has the wrong type.
-            ValueError: ``key`` is already in the index (``remove`` it first to replace its text).
+            ValueError: ``key`` is already in the index with another text or metadata (``remove`` it
+                first to replace it). Adding an identical item again is a no-op.
         """
         item = _parse_item(key, text, source, authority, first_seen, where="")
         self._add_batch([item])
@@ -265,21 +280,20 @@ class DedupIndex:
 
     def _add_batch(self, items: Sequence[_Item]) -> None:
         storage = self.storage
+        # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
+        canon = [canonical(item.text) for item in items]
+        digests = [_digest(c) if c else None for c in canon]
+        text_of = {d: c for d, c in zip(digests, canon) if d is not None}
+        unique = list(text_of)
+        sets = shingle_hashes_many([text_of[d] for d in unique], self.ngram, canonicalized=True)
+        band_keys = self._band_keys(sets)
         with storage.lock():
-            keys = [item.key for item in items]
-            for key, rec in zip(keys, storage.get_items(keys)):
-                if rec is not None:
-                    raise ValueError(f"key {key!r} is already in the index; remove() it first to replace its text")
-            canon = [canonical(item.text) for item in items]
-            digests = [_digest(c) if c else None for c in canon]
-            unique = list(dict.fromkeys(d for d in digests if d is not None))
             gid_of = dict(zip(unique, storage.find_groups(unique)))
-            fresh = [d for d in unique if gid_of[d] is None]
-            fresh_text = {d: c for d, c in zip(digests, canon) if d in gid_of and gid_of[d] is None}
-            sets = shingle_hashes_many([fresh_text[d] for d in fresh], self.ngram, canonicalized=True)
-            band_keys = self._band_keys(sets)
-            new_gids = storage.create_groups(fresh, sets, band_keys)
-            gid_of.update(zip(fresh, new_gids))
+            fresh = [i for i, d in enumerate(unique) if gid_of[d] is None]
+            fresh_sets = [sets[i] for i in fresh]
+            fresh_keys = band_keys[fresh]
+            new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+            gid_of.update(zip((unique[i] for i in fresh), new_gids))
             records = {
                 item.key: ItemRecord(
                     gid=EMPTY_GROUP if d is None else gid_of[d],
@@ -290,10 +304,18 @@ class DedupIndex:
                 )
                 for item, d in zip(items, digests)
             }
+            keys = list(records)
+            for key, old in zip(keys, storage.get_items(keys)):
+                if old is None:
+                    continue
+                if old != records[key]:
+                    raise ValueError(
+                        f"key {key!r} is already in the index with another text or metadata; remove() it first to replace it"
+                    )
+                del records[key]  # the same item again: a no-op, so a retried batch is idempotent
             storage.put_items(records)
-
-            shingles = dict(zip(new_gids, sets))
-            candidates = storage.query_bands(band_keys)
+            shingles = dict(zip(new_gids, fresh_sets))
+            candidates = storage.query_bands(fresh_keys)
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
             self._link_and_recluster(touched, dict(zip(new_gids, candidates)), shingles, fresh_items=records)
@@ -311,6 +333,13 @@ class DedupIndex:
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed."""
         storage = self.storage
+        # A new group whose only candidate is itself, holding one new item, is a cluster of its own:
+        # nothing to verify, merge or store (most texts of a corpus take this path).
+        candidates = {g: cs for g, cs in candidates.items() if len(cs) > 1 or g not in cs}
+        new_items = Counter(rec.gid for rec in fresh_items.values())
+        touched = [g for g in touched if g in candidates or g not in shingles or new_items[g] > 1]
+        if not touched:
+            return
         others = sorted({c for g, cs in candidates.items() for c in cs if c not in shingles})
         shingles.update(zip(others, storage.group_shingles(others)))
         involved = list(dict.fromkeys([*touched, *others]))
@@ -370,7 +399,7 @@ class DedupIndex:
                 cache[pair] = jaccard(shingles[ga], shingles[gb])
             return cache[pair]
 
-        return keys, split_component(members, similarity, self.threshold, self.policy)
+        return keys, split_component(members, similarity, self.threshold, self.policy, self.drift_floor)
 
     # --- removing ---------------------------------------------------------------------------
     def remove(self, key: str) -> None:
@@ -418,6 +447,12 @@ class DedupIndex:
                 keys.extend(part_keys)
                 clusters.extend(part_clusters)
             storage.set_clusters(keys, clusters)
+
+    def drop(self) -> None:
+        """Delete everything this index holds (for Redis: its whole namespace). The index stays usable, empty."""
+        with self.storage.lock():
+            self.storage.drop()
+            self.storage.save_meta(self._meta())
 
     # --- reading ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -566,6 +601,7 @@ class DedupIndex:
             storage=storage,
             policy=chosen,
             seed=meta["seed"],
+            drift_floor=meta["drift_floor"],
         )
 
     def __repr__(self) -> str:

@@ -142,5 +142,9 @@ class Storage(ABC):
     def iter_clusters(self) -> Iterator[ClusterEntry]:
         """Every cluster of two or more items."""
 
+    @abstractmethod
+    def drop(self) -> None:
+        """Delete everything stored, metadata included."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default does nothing."""

@@ -73,18 +73,22 @@ class BandTable:
         n, b = keys.shape
         out: list[set[int]] = [set() for _ in range(n)]
         flat = keys.reshape(-1)
+        # Sorted needles make the binary searches walk the table in order (cache-friendly).
+        order = np.argsort(flat)
+        needles = flat[order]
         for table_keys, table_gids in ((self.main_keys, self.main_gids), (self.young_keys, self.young_gids)):
             if len(table_keys) == 0:
                 continue
-            lo = np.searchsorted(table_keys, flat, side="left")
-            hi = np.searchsorted(table_keys, flat, side="right")
-            counts = hi - lo
-            hits = np.flatnonzero(counts)
+            lo = np.searchsorted(table_keys, needles, side="left")
+            found = lo < len(table_keys)
+            found[found] = table_keys[lo[found]] == needles[found]
+            hits = np.flatnonzero(found)
             if len(hits) == 0:
                 continue
-            c = counts[hits]
+            hi = np.searchsorted(table_keys, needles[hits], side="right")
+            c = hi - lo[hits]
             starts = np.repeat(lo[hits] - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
-            rows = np.repeat(hits // b, c)
+            rows = np.repeat(order[hits] // b, c)
             for row, gid in zip(rows.tolist(), table_gids[starts].tolist()):
                 out[row].add(gid)
         if self._buffer:
@@ -163,6 +167,9 @@ class MemoryStorage(Storage):
         self.component_of: dict[int, frozenset[int]] = {}
         self.cluster_of: dict[str, tuple[str, float]] = {}
         self.clusters: dict[str, list[tuple[str, float]]] = {}
+
+    def drop(self) -> None:
+        self.__init__()  # type: ignore[misc]
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:

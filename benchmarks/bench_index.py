@@ -1,0 +1,231 @@
+"""DedupIndex benchmark: quality against exact ground truth, signature speed, add_many speed and memory.
+
+Run: ``python benchmarks/bench_index.py [--quick] [--sizes 20000,40000,80000,160000]``
+
+Everything is measured side by side in one run, and printed as ratios (absolute times on a shared
+2-core machine mean little):
+
+1. quality: chunks of real text with planted near-duplicates; ground truth is the exact Jaccard of
+   5-word shingle sets for *every* pair with J >= 0.7 (an exact all-pairs join with prefix filtering);
+   reported: share of pairs with J >= 0.9 and with 0.8 <= J < 0.9 that land in one cluster, and share
+   of members whose true Jaccard with their representative is >= 0.7 (no chaining drift);
+2. text -> signature: canonicalise, shingle, MinHash; rag-dedup's batch kernel against datasketch
+   ``MinHash.update_batch`` over shingle strings built in Python, and rensa ``RMinHash`` fed the same
+   shingle strings (if rensa is installed);
+3. add_many: against the seed recipe loop (fresh datasketch MinHash per chunk, MinHashLSH query,
+   verify by MinHash estimate, insert), per-item cost from the smallest to the largest size, and
+   peak traced memory (tracemalloc, numpy included) per indexed chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from realtext import planted_chunks  # noqa: E402
+
+from rag_dedup import DedupIndex, canonical  # noqa: E402
+from rag_dedup.minhash import MinHasher  # noqa: E402
+from rag_dedup.shingles import jaccard, shingle_hashes_many  # noqa: E402
+
+
+# --- ground truth -----------------------------------------------------------------------------
+def all_pairs(sets: list[np.ndarray], t: float) -> list[tuple[int, int, float]]:
+    """Every pair (i, j, J) with exact Jaccard J >= t (prefix-filtering similarity join)."""
+    nonempty = [i for i, s in enumerate(sets) if len(s)]
+    values, counts = np.unique(np.concatenate([sets[i] for i in nonempty]), return_counts=True)
+    # Global token order: rarest first (ties by value); a pair with J >= t shares a prefix token.
+    order = np.lexsort((values, counts))
+    rank_of = np.empty(len(values), dtype=np.int64)
+    rank_of[order] = np.arange(len(values))
+    tok_list, rec_list = [], []
+    for i in nonempty:
+        ranks = np.sort(rank_of[np.searchsorted(values, sets[i])])
+        p = len(ranks) - math.ceil(t * len(ranks)) + 1
+        tok_list.append(ranks[:p])
+        rec_list.append(np.full(p, i, dtype=np.int64))
+    toks, recs = np.concatenate(tok_list), np.concatenate(rec_list)
+    o = np.lexsort((recs, toks))
+    toks, recs = toks[o], recs[o]
+    bounds = np.flatnonzero(np.diff(toks)) + 1
+    candidates: set[tuple[int, int]] = set()
+    for group in np.split(recs, bounds):
+        if len(group) > 1:
+            g = np.unique(group).tolist()
+            for a in range(len(g)):
+                for b in range(a + 1, len(g)):
+                    candidates.add((g[a], g[b]))
+    out = []
+    for i, j in candidates:
+        li, lj = len(sets[i]), len(sets[j])
+        if min(li, lj) < t * max(li, lj):
+            continue
+        s = jaccard(sets[i], sets[j])
+        if s >= t:
+            out.append((i, j, s))
+    return out
+
+
+def quality(n: int) -> None:
+    items, planted, origin = planted_chunks(n, seed=11, max_rate=0.08)
+    print(f"\n== 1. quality at threshold 0.8 on {len(items):,} chunks ({len(planted):,} planted near-duplicates)")
+    print(f"   text: {origin}")
+    keys = [k for k, _ in items]
+    sets = shingle_hashes_many([t for _, t in items])
+    t0 = time.perf_counter()
+    pairs = all_pairs(sets, 0.7)
+    print(f"   ground truth: {len(pairs):,} pairs with exact J >= 0.7 ({time.perf_counter() - t0:.1f} s)")
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items)
+    rep = {m.key: m.representative for m in index.matches(keys)}
+    pos = {k: i for i, k in enumerate(keys)}
+    hi = [rep[keys[i]] == rep[keys[j]] for i, j, s in pairs if s >= 0.9]
+    mid = [rep[keys[i]] == rep[keys[j]] for i, j, s in pairs if 0.8 <= s < 0.9]
+    members = [k for k in keys if rep[k] != k]
+    drift_ok = [jaccard(sets[pos[k]], sets[pos[rep[k]]]) >= 0.7 for k in members]
+    below = sum(jaccard(sets[pos[k]], sets[pos[rep[k]]]) < 0.8 for k in members)
+    print(f"   pairs J >= 0.9 in one cluster:        {np.mean(hi):.4f}  ({sum(hi):,}/{len(hi):,})  goal >= 0.99")
+    print(f"   pairs 0.8 <= J < 0.9 in one cluster:  {np.mean(mid):.4f}  ({sum(mid):,}/{len(mid):,})  goal >= 0.95")
+    print(f"   members with J >= 0.7 to their rep:   {np.mean(drift_ok):.4f}  ({sum(drift_ok):,}/{len(members):,})  goal >= 0.99")
+    print(f"   members below the threshold (0.8) to their rep: {below}")
+
+
+# --- text -> signature --------------------------------------------------------------------------
+def python_shingles(text: str, n: int = 5) -> list[str]:
+    words = canonical(text).split()
+    if len(words) < n:
+        return [" ".join(words)] if words else []
+    return [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+
+
+def signatures_speed(n: int) -> None:
+    from datasketch import MinHash
+
+    items, _, _ = planted_chunks(n, seed=3)
+    texts = [t for _, t in items]
+    words = np.mean([len(t.split()) for t in texts])
+    print(f"\n== 2. text -> signature, {len(texts):,} real chunks of ~{words:.0f} words, 128 permutations, one core")
+    hasher = MinHasher(128)
+
+    def ours() -> None:
+        hasher.signatures(shingle_hashes_many(texts))
+
+    def datasketch_batch() -> None:
+        for t in texts:
+            m = MinHash(num_perm=128)
+            m.update_batch([s.encode("utf-8") for s in python_shingles(t)])
+
+    timings = {"rag-dedup (batch numpy)": best_of(ours, 3)}
+    timings["datasketch update_batch"] = best_of(datasketch_batch, 1)
+    try:
+        import rensa
+
+        def rensa_text() -> None:
+            for t in texts:
+                m = rensa.RMinHash(num_perm=128, seed=1)
+                m.update(python_shingles(t))
+                m.digest()
+
+        shingled = [python_shingles(t) for t in texts]
+
+        def rensa_ready() -> None:
+            for s in shingled:
+                m = rensa.RMinHash(num_perm=128, seed=1)
+                m.update(s)
+                m.digest()
+
+        timings["rensa RMinHash, shingles built in Python"] = best_of(rensa_text, 3)
+        timings["rensa RMinHash, ready shingles (not from text)"] = best_of(rensa_ready, 3)
+    except ImportError:
+        print("   (rensa not installed: pip install rensa to show it)")
+    base = timings["rag-dedup (batch numpy)"]
+    for name, secs in timings.items():
+        print(f"   {name:<48} {len(texts) / secs:>10,.0f} chunks/s   rag-dedup is {secs / base:6.1f}x")
+
+
+def best_of(fn, repeat: int) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# --- add_many -----------------------------------------------------------------------------------
+def recipe(items: list[tuple[str, str]]) -> None:
+    """The seed recipe: one datasketch MinHash per chunk, MinHashLSH query, verify, insert."""
+    from datasketch import MinHash, MinHashLSH
+
+    lsh = MinHashLSH(threshold=0.8, num_perm=128)
+    for key, text in items:
+        m = MinHash(num_perm=128)
+        m.update_batch([s.encode("utf-8") for s in python_shingles(text)])
+        _ = [c for c in lsh.query(m)]
+        lsh.insert(key, m)
+
+
+def traced_peak(fn) -> int:
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak - base
+
+
+def add_many_speed(sizes: list[int], recipe_max: int) -> None:
+    print(f"\n== 3. add_many, real chunks with ~20% planted near-duplicates, threshold 0.8, 128 permutations")
+    print(f"   {'chunks':>8} {'rag-dedup/s':>12} {'us/chunk':>9} {'recipe/s':>10} {'speed-up':>9} {'peak B/chunk':>13} {'recipe B/chunk':>15}")
+    first_cost = None
+    for n in sizes:
+        items, _, _ = planted_chunks(n, seed=5)
+        secs = best_of(lambda: DedupIndex(threshold=0.8).add_many(items), 1)
+        cost = secs / len(items) * 1e6
+        first_cost = first_cost or cost
+        peak = traced_peak(lambda: _keep(DedupIndex(threshold=0.8), items)) / len(items)
+        if n <= recipe_max:
+            rsecs = best_of(lambda: recipe(items), 1)
+            rpeak = traced_peak(lambda: recipe(items[: min(n, 20000)])) / min(n, 20000)
+            rtxt = f"{len(items) / rsecs:>10,.0f} {rsecs / secs:>8.1f}x {peak:>13,.0f} {rpeak:>15,.0f}"
+        else:
+            rtxt = f"{'-':>10} {'-':>9} {peak:>13,.0f} {'-':>15}"
+        print(f"   {len(items):>8,} {len(items) / secs:>12,.0f} {cost:>9.1f} {rtxt}   (per-chunk cost x{cost / first_cost:.2f} of the smallest)")
+
+
+_KEEP: list[object] = []
+
+
+def _keep(index: DedupIndex, items: list[tuple[str, str]]) -> None:
+    index.add_many(items)
+    _KEEP.append(index)  # peak includes the finished index, not just the temporaries
+    _KEEP.clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--sizes", default="20000,40000,80000,160000", help="add_many sizes")
+    parser.add_argument("--recipe-max", type=int, default=40000, help="largest size to run the slow recipe on")
+    parser.add_argument("--quality-n", type=int, default=20000)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.quick:
+        sizes, args.quality_n, args.recipe_max = [2000, 4000], 4000, 4000
+    quality(args.quality_n)
+    signatures_speed(4000 if args.quick else 8000)
+    add_many_speed(sizes, args.recipe_max)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""DedupIndex on the shipped real corpus: exact and near duplicates, order independence, removal, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections import defaultdict
+
+import pytest
+from corpus import chunks, documents, edited
+
+from rag_dedup import DedupIndex, Match, Member, jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes_many
+
+
+def partition(index: DedupIndex, keys: list[str]) -> dict[str, str]:
+    return {m.key: m.representative for m in index.matches(keys)}
+
+
+@pytest.fixture(scope="module")
+def corpus_items() -> list[tuple[str, str]]:
+    """Real chunks plus planted near-duplicates (word edits) and exact copies (reformatted)."""
+    base = list(chunks())
+    rng = random.Random(5)
+    planted = []
+    for i, (key, text) in enumerate(rng.sample(base, 60)):
+        planted.append((f"near/{i}|{key}", edited(text, rng.uniform(0.0, 0.05), seed=i)))
+    for i, (key, text) in enumerate(rng.sample(base, 20)):
+        planted.append((f"copy/{i}|{key}", "  " + text.upper().replace(" ", "\u00a0 ") + "\r\n"))
+    return base + planted
+
+
+@pytest.fixture(scope="module")
+def built(corpus_items: list[tuple[str, str]]) -> DedupIndex:
+    index = DedupIndex(threshold=0.8)
+    index.add_many(corpus_items)
+    return index
+
+
+def test_every_key_stays_and_points_at_a_representative(built: DedupIndex, corpus_items) -> None:
+    keys = [k for k, _ in corpus_items]
+    assert len(built) == len(keys)
+    for m in built.matches(keys):
+        rep = built.match(m.representative)
+        assert rep.duplicate_of is None and rep.representative == m.representative
+        assert m.key in built.members(m.cluster_id)
+
+
+def test_byte_identical_copyright_files_are_exact_duplicates() -> None:
+    """Debian ships identical copyright files for sibling packages: real exact duplicates."""
+    docs = documents()
+    by_text = defaultdict(list)
+    for path, text in docs.items():
+        by_text[text].append(path)
+    groups = [sorted(paths) for paths in by_text.values() if len(paths) > 1]
+    assert groups, "the corpus is expected to hold byte-identical files"
+    index = DedupIndex()
+    index.add_many(list(docs.items()))
+    for paths in groups:
+        reps = {index.resolve(p) for p in paths}
+        assert len(reps) == 1
+        assert {index.match(p).kind for p in paths} == {"unique", "exact"}
+
+
+def test_reformatted_copies_are_exact_duplicates(built: DedupIndex, corpus_items) -> None:
+    """Case, NBSP, padding and CRLF do not matter; the longer copy is the representative."""
+    for key, _ in corpus_items:
+        if key.startswith("copy/"):
+            original = key.split("|", 1)[1]
+            copy, orig = built.match(key), built.match(original)
+            assert copy.cluster_id == orig.cluster_id
+            assert {copy.kind, orig.kind} <= {"unique", "exact"}
+            assert orig.kind == "exact" and orig.duplicate_of == key and orig.similarity == 1.0
+
+
+def test_planted_near_duplicates_against_exact_ground_truth(built: DedupIndex, corpus_items) -> None:
+    """Every planted pair with exact J >= 0.8 is in one cluster (explicit tolerance: none missed at
+    this size), and every member is at least 0.7-similar to its representative."""
+    texts = dict(corpus_items)
+    sets = dict(zip(texts, shingle_hashes_many(list(texts.values()))))
+    checked = 0
+    for key in texts:
+        if key.startswith("near/"):
+            src = key.split("|", 1)[1]
+            j = jaccard(sets[src], sets[key])
+            if j >= 0.8:
+                checked += 1
+                assert built.resolve(src) == built.resolve(key), (src, j)
+    assert checked >= 25
+    for key in texts:
+        m = built.match(key)
+        if m.duplicate_of is not None:
+            assert jaccard(sets[key], sets[m.representative]) >= 0.7
+            assert m.similarity == pytest.approx(jaccard(sets[key], sets[m.representative]))
+
+
+def test_unrelated_chunks_are_not_merged(built: DedupIndex, corpus_items) -> None:
+    texts = dict(corpus_items)
+    sets = dict(zip(texts, shingle_hashes_many(list(texts.values()))))
+    for key in texts:
+        m = built.match(key)
+        if m.duplicate_of is not None:
+            assert jaccard(sets[key], sets[m.representative]) >= built.drift_floor
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_clusters_do_not_depend_on_order_or_batching(built: DedupIndex, corpus_items, seed: int) -> None:
+    items = list(corpus_items)
+    random.Random(seed).shuffle(items)
+    index = DedupIndex(threshold=0.8)
+    cut = len(items) // 3
+    for key, text in items[:cut]:
+        index.add(key, text)
+    index.add_many(items[cut:])
+    keys = [k for k, _ in corpus_items]
+    assert partition(index, keys) == partition(built, keys)
+    assert [m.similarity for m in index.matches(keys)] == [m.similarity for m in built.matches(keys)]
+
+
+def test_add_many_results_equal_matches_after_the_batch(corpus_items) -> None:
+    index = DedupIndex()
+    got = index.add_many(corpus_items[:200])
+    assert got == index.matches([k for k, _ in corpus_items[:200]])
+    assert all(isinstance(m, Match) for m in got)
+
+
+def test_default_representative_is_longest_then_authority_then_first_seen() -> None:
+    text = documents()["licenses/BSD.txt"]
+    index = DedupIndex()
+    index.add("short", text)
+    index.add("long", text + " ")  # same canonical text, one character longer
+    assert index.resolve("short") == "long"
+    index.add("auth", text + " ", authority=2.0)
+    assert index.resolve("long") == "auth"
+    index.add("early", text + " ", authority=2.0, first_seen=dt.datetime(2020, 1, 1))
+    index.add("late", text + " ", authority=2.0, first_seen=dt.datetime(2024, 1, 1))
+    assert index.resolve("short") == "early"
+    assert index.match("late").kind == "exact"
+
+
+def test_custom_policy_chooses_the_representative() -> None:
+    def prefer_docs(members: list[Member]) -> Member:
+        return min(members, key=lambda m: (m.source != "docs", m.key))
+
+    text = documents()["licenses/MPL-2.0.txt"]
+    index = DedupIndex(policy=prefer_docs)
+    index.add("z", text + " extra words at the end", source="docs")
+    index.add("a", text, source="wiki")
+    assert index.resolve("a") == "z"
+
+
+@pytest.mark.parametrize(
+    ("texts", "merged"),
+    [
+        pytest.param(["Permission is granted", "Warranty is disclaimed"], False, id="different-three-word"),
+        pytest.param(["license", "copyright"], False, id="different-one-word"),
+        pytest.param(["", ""], False, id="two-empty"),
+        pytest.param(["   \n", "\t"], False, id="two-whitespace"),
+        pytest.param(["GNU General Public", "gnu  general public"], True, id="same-short-text"),
+    ],
+)
+def test_short_and_empty_texts(texts: list[str], merged: bool) -> None:
+    index = DedupIndex()
+    index.add_many([(f"k{i}", t) for i, t in enumerate(texts)])
+    assert (index.resolve("k0") == index.resolve("k1")) is merged
+
+
+def test_empty_text_is_no_ones_duplicate() -> None:
+    index = DedupIndex()
+    assert index.add("e", "").kind == "unique"
+    assert index.add("f", " ").kind == "unique"
+    assert index.query("") == []
+    assert index.members("e") == ["e"]
+
+
+def test_remove_reelects_a_representative(corpus_items) -> None:
+    text = documents()["licenses/Apache-2.0.txt"]
+    index = DedupIndex()
+    index.add("v1", text)
+    index.add("v2", text + " Appendix: how to apply the license.")
+    index.add("copy", text)
+    assert index.members("v2") == ["v2", "v1", "copy"]
+    index.remove("v2")
+    assert index.resolve("copy") == "copy"  # v1 and copy tie; the smaller key wins
+    assert index.members("copy") == ["copy", "v1"]
+    index.remove("copy")
+    assert index.match("v1") == Match("v1", "v1", "v1", None, 1.0, "unique")
+    with pytest.raises(KeyError, match="'copy' is not in the index"):
+        index.remove("copy")
+    assert len(index) == 1
+
+
+def test_remove_splits_a_chain_into_its_parts() -> None:
+    """Removing the bridge of two near-duplicate groups leaves two clusters, as if it never came."""
+    words = documents()["licenses/GPL-3.txt"].split()[:400]
+    a = " ".join(words[:200])
+    bridge = " ".join(words[20:220])
+    b = " ".join(words[40:240])
+    index = DedupIndex(threshold=0.8)
+    index.add_many([("a", a), ("bridge", bridge), ("b", b)])
+    assert jaccard(shingle_hashes(a), shingle_hashes(b)) < 0.8 <= jaccard(shingle_hashes(a), shingle_hashes(bridge))
+    index.remove("bridge")
+    fresh = DedupIndex(threshold=0.8)
+    fresh.add_many([("a", a), ("b", b)])
+    assert partition(index, ["a", "b"]) == partition(fresh, ["a", "b"]) == {"a": "a", "b": "b"}
+
+
+def test_remove_then_add_again_with_new_text() -> None:
+    index = DedupIndex()
+    index.add("doc", documents()["licenses/BSD.txt"])
+    with pytest.raises(ValueError, match="already in the index with another text"):
+        index.add("doc", "a new version of the document")
+    index.remove("doc")
+    assert index.add("doc", "a new version of the document").kind == "unique"
+
+
+def test_adding_the_same_item_again_is_a_no_op() -> None:
+    index = DedupIndex()
+    index.add("doc", "same text here", source="s")
+    index.add_many([{"key": "doc", "text": "same text here", "source": "s"}])
+    assert len(index) == 1
+    assert index.keys_of_source("s") == ["doc"]
+
+
+def test_query_returns_duplicates_best_first(built: DedupIndex, corpus_items) -> None:
+    texts = dict(corpus_items)
+    key = next(k for k in texts if k.startswith("near/"))
+    found = built.query(texts[key])
+    assert found[0][1] == 1.0 and key in [k for k, s in found if s == 1.0]
+    assert all(s >= 0.8 for _, s in found)
+    assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+    assert built.query("a text that appears nowhere in the corpus at all, surely") == []
+
+
+def test_sources_and_cluster_listing(corpus_items) -> None:
+    index = DedupIndex()
+    index.add_many([{"key": k, "text": t, "source": k.split("#")[0]} for k, t in corpus_items[:100]])
+    src = corpus_items[0][0].split("#")[0]
+    assert set(index.keys_of_source(src)) == {k for k, _ in corpus_items[:100] if k.startswith(src + "#")}
+    listed = dict(index.clusters())
+    assert sorted(k for ms in listed.values() for k in ms) == sorted(k for k, _ in corpus_items[:100])
+    for cid, ms in listed.items():
+        assert index.representative(cid) == cid == ms[0]
+
+
+def test_members_of_a_non_cluster_id(built: DedupIndex, corpus_items) -> None:
+    dup = next(m for m in built.matches(list(dict(corpus_items))) if m.duplicate_of)
+    with pytest.raises(KeyError, match="is not a cluster id"):
+        built.members(dup.key)
+    with pytest.raises(KeyError, match="not in the index"):
+        built.members("no-such-key")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        pytest.param(lambda i: i.add("k", None), TypeError, "text must be str", id="text-none"),
+        pytest.param(lambda i: i.add(3, "text"), TypeError, "key must be str", id="key-int"),
+        pytest.param(lambda i: i.add("", "text"), ValueError, "non-empty", id="key-empty"),
+        pytest.param(lambda i: i.add("k", "t", source=5), TypeError, "source must be str", id="source"),
+        pytest.param(lambda i: i.add("k", "t", authority="high"), TypeError, "authority", id="authority"),
+        pytest.param(lambda i: i.add("k", "t", first_seen="2020"), TypeError, "first_seen", id="first-seen"),
+        pytest.param(lambda i: i.add_many([("a", "x"), ("a", "y")]), ValueError, "appears twice", id="dup-in-batch"),
+        pytest.param(lambda i: i.add_many([{"text": "x"}]), ValueError, "needs 'key' and 'text'", id="mapping"),
+        pytest.param(lambda i: i.add_many(["just text"]), TypeError, r"items\[0\]", id="bare-str"),
+        pytest.param(lambda i: i.add_many([("a", b"bytes")]), TypeError, r"items\[0\]: text must be str", id="bytes"),
+        pytest.param(lambda i: i.remove(7), TypeError, "key must be str", id="remove-int"),
+        pytest.param(lambda i: i.match("nope"), KeyError, "not in the index", id="match-unknown"),
+        pytest.param(lambda i: i.query(None), TypeError, "text must be str", id="query-none"),
+    ],
+)
+def test_bad_input_fails_clearly(call, error: type[Exception], message: str) -> None:
+    index = DedupIndex()
+    with pytest.raises(error, match=message):
+        call(index)
+    assert len(index) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        pytest.param({"threshold": 0}, ValueError, r"threshold \(0\) must be in \(0, 1\]", id="threshold-0"),
+        pytest.param({"threshold": 1.2}, ValueError, "threshold", id="threshold-high"),
+        pytest.param({"threshold": "0.8"}, TypeError, "threshold must be a number", id="threshold-str"),
+        pytest.param({"ngram": 0}, ValueError, r"ngram \(0\)", id="ngram"),
+        pytest.param({"num_perm": 1}, ValueError, r"num_perm \(1\)", id="num-perm"),
+        pytest.param({"drift_floor": 0.9}, ValueError, "drift_floor", id="floor"),
+        pytest.param({"policy": "longest"}, TypeError, "policy must be callable", id="policy"),
+        pytest.param({"storage": "postgres://x"}, ValueError, "not a redis", id="storage-url"),
+        pytest.param({"storage": 5}, TypeError, "storage must be", id="storage-type"),
+    ],
+)
+def test_bad_parameters_fail_at_construction(kwargs, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        DedupIndex(**kwargs)
+
+
+def test_parameters_are_visible() -> None:
+    index = DedupIndex(threshold=0.8, num_perm=128)
+    assert index.bands == (21, 6)
+    assert index.knee == pytest.approx((1 / 21) ** (1 / 6))
+    assert "bands=21x6" in repr(index)

@@ -1,0 +1,206 @@
+"""Canonical form, shingles and MinHash: the fast paths against the reference paths, value for value."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import numpy as np
+import pytest
+from corpus import chunks, documents
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rag_dedup import canonical, exact_key, jaccard, shingle_hashes
+from rag_dedup.minhash import EMPTY_VALUE, MinHasher, estimate_jaccard, reference_signature
+from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many
+
+# ---------------------------------------------------------------------------------------------
+# canonical
+
+
+def spec_canonical(text: str) -> str:
+    """The normalisation exactly as the issue states it, step by step, with no fast paths."""
+    text = unicodedata.normalize("NFKC", text)
+    text = re.sub("[\u200b\u200c\u200d\u2060\ufeff\u00ad]", "", text)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"[^\S\n]+", " ", text)
+    text = re.sub(r" ?\n ?", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip().casefold()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("ﬁle Ｆｕｌｌ", "file full", id="nfkc-ligature-fullwidth"),
+        pytest.param("zero\u200bwidth\u200d join\u2060er", "zerowidth joiner", id="zero-width"),
+        pytest.param("\ufeffBOM first", "bom first", id="bom"),
+        pytest.param("soft\u00adware", "software", id="soft-hyphen"),
+        pytest.param("a\u00a0\u00a0b\u3000c", "a b c", id="nbsp-ideographic-space"),
+        pytest.param("line\r\nline\rline", "line\nline\nline", id="crlf-cr"),
+        pytest.param("a \t  b", "a b", id="spaces-tabs"),
+        pytest.param("para\n\n\n\n\nnext", "para\n\nnext", id="blank-lines"),
+        pytest.param("end \n start", "end\nstart", id="space-at-newline"),
+        pytest.param("  \n padded \n ", "padded", id="strip"),
+        pytest.param("Straße ΣΊΣΥΦΟΣ", "strasse σίσυφοσ", id="casefold"),
+        pytest.param("next\u0085line\u2028sep", "next line sep", id="unicode-line-separators"),
+        pytest.param(" \t\r\n\u00a0", "", id="whitespace-only"),
+    ],
+)
+def test_canonical_examples(text: str, expected: str) -> None:
+    assert canonical(text) == expected
+    assert spec_canonical(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aZé ß\t\n\r\u00a0\u200b\u00ad\ufeff\x0b\x1c\u2028\u3000ﬁ.,-Σ")), max_size=60))
+def test_canonical_fast_paths_equal_the_specification(text: str) -> None:
+    """Guards the ASCII and byte-level fast paths against drifting from the stated normalisation."""
+    assert canonical(text) == spec_canonical(text)
+
+
+def test_canonical_matches_specification_on_real_text() -> None:
+    for text in documents().values():
+        assert canonical(text) == spec_canonical(text)
+
+
+def test_exact_key_is_sha256_of_canonical_form() -> None:
+    import hashlib
+
+    assert exact_key("Hello\u00a0 World\r\n") == hashlib.sha256(b"hello world").hexdigest()
+    assert exact_key("The  GPL") == exact_key("the gpl") != exact_key("the lgpl")
+
+
+@pytest.mark.parametrize("bad", [None, b"bytes", 3, ["a"]], ids=["none", "bytes", "int", "list"])
+def test_canonical_rejects_non_str(bad: object) -> None:
+    with pytest.raises(TypeError, match="text must be str"):
+        canonical(bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# shingles
+
+
+def test_batch_shingles_equal_reference_on_real_documents() -> None:
+    texts = list(documents().values())
+    for text, fast in zip(texts, shingle_hashes_many(texts)):
+        assert np.array_equal(fast, reference_shingle_hashes(text))
+
+
+def test_batch_shingles_equal_reference_on_uniform_chunks() -> None:
+    """Chunks of equal length take the padded 2-D sort; whole documents take the global sort."""
+    items = chunks()[:300]
+    fast = shingle_hashes_many([t for _, t in items])
+    for (_, text), got in zip(items, fast):
+        assert np.array_equal(got, reference_shingle_hashes(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("ab cé\n日🙂")), max_size=40), max_size=6), st.integers(1, 6))
+def test_batch_shingles_equal_reference_property(texts: list[str], ngram: int) -> None:
+    for text, got in zip(texts, shingle_hashes_many(texts, ngram)):
+        assert np.array_equal(got, reference_shingle_hashes(text, ngram))
+
+
+def test_shingle_golden_values() -> None:
+    """Pins the hash function: a silent change would orphan every saved index."""
+    assert shingle_hashes("a b c d e").tolist() == [2259987849]
+    assert shingle_hashes("a").tolist() == [865604000]
+    assert shingle_hashes("the quick brown fox jumps over the lazy dog").tolist() == [
+        898830120, 1394216044, 1477653804, 1714844832, 2211343614
+    ]
+
+
+def test_shingles_are_sorted_unique_uint32() -> None:
+    sh = shingle_hashes(documents()["licenses/GPL-2.txt"])
+    assert sh.dtype == np.uint32
+    assert np.all(np.diff(sh.astype(np.int64)) > 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param("permission is granted", "warranty is disclaimed", id="different-three-word"),
+        pytest.param("license", "copyright", id="different-one-word"),
+        pytest.param("the cat sat", "the cat sat on the mat today", id="short-vs-long"),
+    ],
+)
+def test_short_texts_are_not_near_duplicates(a: str, b: str) -> None:
+    assert jaccard(shingle_hashes(a), shingle_hashes(b)) == 0.0
+
+
+def test_same_short_text_is_identical() -> None:
+    assert jaccard(shingle_hashes("GNU General Public"), shingle_hashes("gnu  general public")) == 1.0
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\n\t\u00a0"], ids=["empty", "spaces", "whitespace"])
+def test_empty_text_has_no_shingles_and_no_similarity(empty: str) -> None:
+    assert len(shingle_hashes(empty)) == 0
+    assert jaccard(shingle_hashes(empty), shingle_hashes(empty)) == 0.0
+
+
+def test_jaccard_equals_python_sets() -> None:
+    docs = documents()
+    a, b = shingle_hashes(docs["licenses/GPL-2.txt"]), shingle_hashes(docs["licenses/LGPL-2.1.txt"])
+    sa, sb = set(a.tolist()), set(b.tolist())
+    assert jaccard(a, b) == pytest.approx(len(sa & sb) / len(sa | sb))
+    assert 0.0 < jaccard(a, b) < 0.5
+
+
+def test_shingles_reject_bad_input() -> None:
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str"):
+        shingle_hashes_many(["ok", None])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="ngram"):
+        shingle_hashes("a b", ngram=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# MinHash
+
+
+def test_batch_signatures_equal_datasketch_value_for_value() -> None:
+    sets = shingle_hashes_many([t for _, t in chunks()[:200]])
+    sigs = MinHasher(128, seed=1).signatures(sets)
+    for sh, sig in zip(sets, sigs):
+        assert np.array_equal(sig, reference_signature(sh, 128, seed=1))
+
+
+@pytest.mark.parametrize(("num_perm", "seed"), [(64, 7), (256, 1)], ids=["64-seed7", "256-seed1"])
+def test_signatures_follow_datasketch_for_other_parameters(num_perm: int, seed: int) -> None:
+    sets = shingle_hashes_many([t for _, t in chunks()[:20]])
+    sigs = MinHasher(num_perm, seed=seed).signatures(sets)
+    for sh, sig in zip(sets, sigs):
+        assert np.array_equal(sig, reference_signature(sh, num_perm, seed=seed))
+
+
+def test_signature_golden_values() -> None:
+    sig = MinHasher(128, seed=1).signatures([shingle_hashes("a b c d e")])[0]
+    assert sig[:4].tolist() == reference_signature(np.array([2259987849], dtype=np.uint32))[:4].tolist()
+    assert sig[:4].tolist() == [3635530393, 1156213570, 3709106776, 3031962105]
+
+
+def test_empty_set_signature_is_empty_sentinel() -> None:
+    sigs = MinHasher(32).signatures([np.empty(0, dtype=np.uint32), shingle_hashes("x y")])
+    assert (sigs[0] == EMPTY_VALUE).all()
+    assert not (sigs[1] == EMPTY_VALUE).all()
+
+
+def test_minhash_estimate_tracks_exact_jaccard_within_tolerance() -> None:
+    """Planted edits of real chunks: the estimate is within 4 standard errors of the truth."""
+    from corpus import edited
+
+    hasher = MinHasher(128)
+    for i, (_, text) in enumerate(chunks()[:40]):
+        a, b = shingle_hashes(text), shingle_hashes(edited(text, 0.03, seed=i))
+        j = jaccard(a, b)
+        sa, sb = hasher.signatures([a, b])
+        sigma = max((j * (1 - j) / 128) ** 0.5, 0.01)
+        assert abs(estimate_jaccard(sa, sb) - j) <= 4 * sigma
+
+
+def test_minhasher_validates_parameters() -> None:
+    with pytest.raises(ValueError, match=r"num_perm \(1\) must be at least 2"):
+        MinHasher(1)
+    with pytest.raises(TypeError, match="num_perm must be int"):
+        MinHasher(128.0)  # type: ignore[arg-type]
