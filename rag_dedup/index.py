@@ -45,8 +45,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -66,7 +65,7 @@ FORMAT_VERSION = 1
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
 SHINGLING = "words-poly64-fmix64-v1"
 # Items are indexed in batches of this many: bounds the temporaries (signatures, band keys) of add_many.
-_BATCH = 2048
+_BATCH = 1024
 
 Kind = Literal["unique", "exact", "near"]
 
@@ -75,8 +74,7 @@ class IndexMismatchError(ValueError):
     """A stored index was made with other parameters than the ones asked for, or by another format."""
 
 
-@dataclass(frozen=True, slots=True)
-class Match:
+class Match(NamedTuple):
     """Where an item stands.
 
     Attributes:
@@ -98,8 +96,7 @@ class Match:
     kind: Kind
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
+class _Item(NamedTuple):
     key: str
     text: str
     source: str | None
@@ -264,7 +261,7 @@ class DedupIndex:
 
         Raises:
             TypeError, ValueError: As :meth:`add`, naming the offending item; nothing is added then
-                from the batch of up to 2048 items that held it.
+                from the batch of up to 1024 items that held it.
         """
         parsed: list[_Item] = []
         seen: set[str] = set()
@@ -651,6 +648,8 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
 
 
 def _parse_raw(raw: object, i: int) -> _Item:
+    if type(raw) is tuple and len(raw) == 2 and type(raw[0]) is str and raw[0] and type(raw[1]) is str:
+        return _Item(raw[0], raw[1], None, 0.0, None)  # the common case, checked in one line
     where = f"items[{i}]: "
     if isinstance(raw, tuple) and len(raw) == 2:
         return _parse_item(raw[0], raw[1], None, 0.0, None, where)

@@ -33,7 +33,7 @@ SCHEME = "affine32"
 #: A signature position of an empty set (datasketch's empty sentinel for affine32).
 EMPTY_VALUE = np.uint32(0xFFFFFFFF)
 # Shingles permuted per block: bounds the (block, num_perm) temporary to about 4 MB at 128 permutations.
-_BLOCK_SHINGLES = 8192
+_BLOCK_SHINGLES = 4096
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:

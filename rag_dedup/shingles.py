@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_dedup.normalize import canonical
+from rag_dedup.normalize import canonical, token_form
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -71,8 +71,11 @@ _MAX_NGRAM = 64
 _C = [_splitmix64(k) | 1 for k in range(_MAX_NGRAM)]
 _C_NP = np.array(_C, dtype=np.uint64)
 
-# Bytes that separate words in canonical text (canonical() leaves only spaces and newlines).
-_SPACE, _NEWLINE = 32, 10
+# Bytes that separate words: ASCII whitespace (tab, LF, VT, FF, CR, the four information separators
+# and space), the same set as str.split(). canonical() leaves only spaces and newlines, token_form()
+# may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
+_IS_WORD_BYTE = np.ones(256, dtype=bool)
+_IS_WORD_BYTE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = False
 # Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries.
 _PIECE_BYTES = 1 << 17
 
@@ -125,7 +128,7 @@ def _check_ngram(ngram: int) -> None:
 def _word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hash every word of a UTF-8 buffer; return (word start offsets, 64-bit word hashes)."""
     n = len(buf)
-    is_word = (buf != _SPACE) & (buf != _NEWLINE)
+    is_word = _IS_WORD_BYTE[buf]
     edges = np.diff(np.concatenate(([False], is_word, [False])).view(np.int8))
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1)
@@ -212,7 +215,7 @@ def shingle_hashes_many(texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, can
     Args:
         texts: The texts.
         ngram: Words per shingle.
-        canonicalized: The texts are already in :func:`canonical` form (skips normalising again).
+        canonicalized: The texts are already in :func:`canonical` (or :func:`token_form`) form.
 
     Returns:
         One sorted array of unique ``uint32`` shingle hashes per text, equal to
@@ -226,7 +229,7 @@ def shingle_hashes_many(texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, can
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        canon.append(text if canonicalized else canonical(text))
+        canon.append(text if canonicalized else token_form(text))
     out: list[np.ndarray] = []
     piece: list[str] = []
     size = 0
@@ -252,7 +255,7 @@ def reference_shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarra
     """The same values as :func:`shingle_hashes`, one word at a time in pure Python (slow; for tests)."""
     _check_ngram(ngram)
     words = []
-    for word in canonical(text).encode("utf-8").replace(b"\n", b" ").split(b" "):
+    for word in canonical(text).encode("utf-8").split():
         if word:
             words.append(sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(word)) & _MASK64)
     if not words:

@@ -65,6 +65,15 @@ def test_canonical_matches_specification_on_real_text() -> None:
         assert canonical(text) == spec_canonical(text)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aZé ß\t\n\r\u00a0\u200b\u00ad\ufeff\x0b\x1c\u2028\u3000ﬁ.,-Σ")), max_size=60))
+def test_token_form_has_the_words_of_the_canonical_form(text: str) -> None:
+    """Shingles are computed from token_form(); it must never differ from canonical() in its words."""
+    from rag_dedup.normalize import token_form
+
+    assert token_form(text).split() == canonical(text).split()
+
+
 def test_exact_key_is_sha256_of_canonical_form() -> None:
     import hashlib
 
@@ -97,7 +106,10 @@ def test_batch_shingles_equal_reference_on_uniform_chunks() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet=st.sampled_from(list("ab cé\n日🙂")), max_size=40), max_size=6), st.integers(1, 6))
+@given(
+    st.lists(st.text(alphabet=st.sampled_from(list("ab cé\n\t\r\x1c\u2028\u00a0\u00ad日🙂ﬁ")), max_size=40), max_size=6),
+    st.integers(1, 6),
+)
 def test_batch_shingles_equal_reference_property(texts: list[str], ngram: int) -> None:
     for text, got in zip(texts, shingle_hashes_many(texts, ngram)):
         assert np.array_equal(got, reference_shingle_hashes(text, ngram))

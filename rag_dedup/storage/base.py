@@ -22,8 +22,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,8 +35,7 @@ EMPTY_GROUP = -1
 ClusterEntry = tuple[str, list[tuple[str, float]]]
 
 
-@dataclass(frozen=True, slots=True)
-class ItemRecord:
+class ItemRecord(NamedTuple):
     """What the index keeps of one added item (never its text)."""
 
     gid: int

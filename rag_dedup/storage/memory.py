@@ -2,8 +2,8 @@
 
 Where the bytes go, per indexed chunk of ~180 words: its shingle set as a ``bytes`` object
 (4 bytes a shingle, ~740 bytes), its LSH bucket entries in sorted numpy arrays (12 bytes a band,
-~250 bytes at 21 bands), and its item record (~200 bytes). Python dicts and sets per bucket, as in
-datasketch's in-memory LSH, would cost several kilobytes a chunk instead.
+~250 bytes at 21 bands), and its item record and exact-text digest (~350 bytes). Python dicts and
+sets per bucket, as in datasketch's in-memory LSH, cost several kilobytes a chunk instead.
 """
 
 from __future__ import annotations
@@ -18,38 +18,88 @@ from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storag
 __all__ = ["BandTable", "MemoryStorage"]
 
 
-class BandTable:
-    """LSH buckets as sorted arrays: band key (uint64) → group id, with a small write buffer.
+class _Run:
+    """Two sorted levels of (band key, group id) entries for one key range."""
 
-    Lookups binary-search a large sorted *main* table and a smaller sorted *young* table, and check a
-    dict *buffer* that takes single inserts cheaply. The buffer is sorted into *young* when it grows,
-    and *young* is merged into *main* when it reaches a quarter of it, so each entry is copied O(1)
-    times on average (amortised O(1) inserts, O(log n) lookups). Deleted groups become tombstones that
-    lookups filter out and the next merge drops.
-    """
-
-    _BUFFER_LIMIT = 4096
+    __slots__ = ("main_gids", "main_keys", "young_gids", "young_keys")
 
     def __init__(self) -> None:
         self.main_keys = np.empty(0, dtype=np.uint64)
-        self.main_gids = np.empty(0, dtype=np.int64)
+        self.main_gids = np.empty(0, dtype=np.int32)
         self.young_keys = np.empty(0, dtype=np.uint64)
-        self.young_gids = np.empty(0, dtype=np.int64)
+        self.young_gids = np.empty(0, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.main_keys) + len(self.young_keys)
+
+    def add(self, keys: np.ndarray, gids: np.ndarray, dead: set[int]) -> bool:
+        """Merge key-sorted entries in; True when the tombstones were compacted away."""
+        self.young_keys, self.young_gids = _merge(self.young_keys, self.young_gids, keys, gids)
+        if len(self.young_keys) * 4 < len(self.main_keys):
+            return False
+        self.main_keys, self.main_gids = _merge(self.main_keys, self.main_gids, self.young_keys, self.young_gids)
+        self.young_keys = np.empty(0, dtype=np.uint64)
+        self.young_gids = np.empty(0, dtype=np.int32)
+        if dead:
+            keep = ~np.isin(self.main_gids, np.fromiter(dead, dtype=np.int32, count=len(dead)))
+            self.main_keys, self.main_gids = self.main_keys[keep], self.main_gids[keep]
+        return True
+
+    def lookup(self, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index into ``needles``, group id) for every entry whose key equals a sorted needle."""
+        idx_parts, gid_parts = [], []
+        for keys, gids in ((self.main_keys, self.main_gids), (self.young_keys, self.young_gids)):
+            if len(keys) == 0:
+                continue
+            lo = np.searchsorted(keys, needles, side="left")
+            found = lo < len(keys)
+            found[found] = keys[lo[found]] == needles[found]
+            hits = np.flatnonzero(found)
+            if len(hits) == 0:
+                continue
+            hi = np.searchsorted(keys, needles[hits], side="right")
+            c = hi - lo[hits]
+            starts = np.repeat(lo[hits] - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
+            idx_parts.append(np.repeat(hits, c))
+            gid_parts.append(gids[starts])
+        if not idx_parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+        return np.concatenate(idx_parts), np.concatenate(gid_parts)
+
+
+class BandTable:
+    """LSH buckets as sorted arrays: band key (uint64) → group id, with a small write buffer.
+
+    Band keys are uniform 64-bit hashes, so the table is split by the top four key bits into 16 runs.
+    Each run has a large sorted *main* level and a smaller sorted *young* level; new entries are merged
+    into *young*, and *young* into *main* once it reaches a quarter of it, so each entry is copied O(1)
+    times on average and a merge briefly doubles one run, never the whole table (which bounds peak
+    memory). Single inserts go to a dict *buffer* first. Lookups sort their needles and binary-search
+    each run in order. Deleted groups are tombstones until every run has compacted them away.
+    Each entry costs 12 bytes (uint64 key, int32 group id).
+    """
+
+    _BUFFER_LIMIT = 4096
+    _SHARD_SHIFT = np.uint64(60)
+
+    def __init__(self) -> None:
+        self._runs = [_Run() for _ in range(16)]
         self._buffer: dict[int, list[int]] = {}
         self._buffered = 0
         self._dead: set[int] = set()
+        self._compacted: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self.main_keys) + len(self.young_keys) + self._buffered
+        return sum(len(r) for r in self._runs) + self._buffered
 
     def insert(self, gids: Sequence[int], keys: np.ndarray) -> None:
         """File group ``gids[i]`` under every key of row ``keys[i]``."""
         if len(gids) == 0:
             return
         flat_keys = keys.reshape(-1)
-        flat_gids = np.repeat(np.asarray(gids, dtype=np.int64), keys.shape[1])
+        flat_gids = np.repeat(np.asarray(gids, dtype=np.int32), keys.shape[1])
         if len(flat_keys) >= self._BUFFER_LIMIT:
-            self._add_young(flat_keys, flat_gids)
+            self._add(flat_keys, flat_gids)
             return
         for k, g in zip(flat_keys.tolist(), flat_gids.tolist()):
             self._buffer.setdefault(k, []).append(g)
@@ -58,8 +108,9 @@ class BandTable:
             self._flush_buffer()
 
     def delete(self, gid: int) -> None:
-        """Forget group ``gid`` (a tombstone until the next merge)."""
+        """Forget group ``gid`` (a tombstone until every run has been compacted)."""
         self._dead.add(gid)
+        self._compacted = set()
         for k in [k for k, gs in self._buffer.items() if gid in gs]:
             gs = [g for g in self._buffer[k] if g != gid]
             self._buffered -= len(self._buffer[k]) - len(gs)
@@ -73,23 +124,15 @@ class BandTable:
         n, b = keys.shape
         out: list[set[int]] = [set() for _ in range(n)]
         flat = keys.reshape(-1)
-        # Sorted needles make the binary searches walk the table in order (cache-friendly).
         order = np.argsort(flat)
         needles = flat[order]
-        for table_keys, table_gids in ((self.main_keys, self.main_gids), (self.young_keys, self.young_gids)):
-            if len(table_keys) == 0:
+        bounds = np.searchsorted(needles >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
+        for shard, run in enumerate(self._runs):
+            lo, hi = bounds[shard], bounds[shard + 1]
+            if lo == hi or not len(run):
                 continue
-            lo = np.searchsorted(table_keys, needles, side="left")
-            found = lo < len(table_keys)
-            found[found] = table_keys[lo[found]] == needles[found]
-            hits = np.flatnonzero(found)
-            if len(hits) == 0:
-                continue
-            hi = np.searchsorted(table_keys, needles[hits], side="right")
-            c = hi - lo[hits]
-            starts = np.repeat(lo[hits] - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
-            rows = np.repeat(order[hits] // b, c)
-            for row, gid in zip(rows.tolist(), table_gids[starts].tolist()):
+            idx, gids = run.lookup(needles[lo:hi])
+            for row, gid in zip((order[idx + lo] // b).tolist(), gids.tolist()):
                 out[row].add(gid)
         if self._buffer:
             get = self._buffer.get
@@ -106,30 +149,28 @@ class BandTable:
         if not self._buffer:
             return
         keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
-        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int64, count=self._buffered)
+        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
         self._buffer, self._buffered = {}, 0
-        self._add_young(keys, gids)
+        self._add(keys, gids)
 
-    def _add_young(self, keys: np.ndarray, gids: np.ndarray) -> None:
+    def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
         order = np.argsort(keys, kind="stable")
-        self.young_keys, self.young_gids = _merge(self.young_keys, self.young_gids, keys[order], gids[order])
-        if len(self.young_keys) * 4 >= len(self.main_keys):
-            self.main_keys, self.main_gids = _merge(self.main_keys, self.main_gids, self.young_keys, self.young_gids)
-            self.young_keys = np.empty(0, dtype=np.uint64)
-            self.young_gids = np.empty(0, dtype=np.int64)
-            if self._dead:
-                dead = np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))
-                keep = ~np.isin(self.main_gids, dead)
-                self.main_keys, self.main_gids = self.main_keys[keep], self.main_gids[keep]
-                self._dead = set()
+        keys, gids = keys[order], gids[order]
+        bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
+        for shard, run in enumerate(self._runs):
+            lo, hi = bounds[shard], bounds[shard + 1]
+            if lo < hi and run.add(keys[lo:hi], gids[lo:hi], self._dead):
+                self._compacted.add(shard)
+        if self._dead and len(self._compacted) == len(self._runs):
+            self._dead, self._compacted = set(), set()
 
     def export(self) -> tuple[np.ndarray, np.ndarray]:
         """All live entries as (keys, gids), sorted by key (for saving)."""
         self._flush_buffer()
-        keys = np.concatenate((self.main_keys, self.young_keys))
-        gids = np.concatenate((self.main_gids, self.young_gids))
+        keys = np.concatenate([a for r in self._runs for a in (r.main_keys, r.young_keys)])
+        gids = np.concatenate([a for r in self._runs for a in (r.main_gids, r.young_gids)])
         if self._dead:
-            keep = ~np.isin(gids, np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
+            keep = ~np.isin(gids, np.fromiter(self._dead, dtype=np.int32, count=len(self._dead)))
             keys, gids = keys[keep], gids[keep]
         order = np.argsort(keys, kind="stable")
         return keys[order], gids[order]
@@ -137,8 +178,12 @@ class BandTable:
     def restore(self, keys: np.ndarray, gids: np.ndarray) -> None:
         """Load entries sorted by key (from :meth:`export`)."""
         self.__init__()  # type: ignore[misc]
-        self.main_keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        self.main_gids = np.ascontiguousarray(gids, dtype=np.int64)
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        gids = np.ascontiguousarray(gids, dtype=np.int32)
+        bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
+        for shard, run in enumerate(self._runs):
+            run.main_keys = keys[bounds[shard] : bounds[shard + 1]].copy()
+            run.main_gids = gids[bounds[shard] : bounds[shard + 1]].copy()
 
 
 def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
