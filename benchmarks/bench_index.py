@@ -186,10 +186,12 @@ def traced_peak(fn) -> int:
 
 def add_many_speed(sizes: list[int], recipe_max: int) -> None:
     print(f"\n== 3. add_many, real chunks with ~20% planted near-duplicates, threshold 0.8, 128 permutations")
+    print(f"   every size samples its base chunks from the same pool of {int(max(sizes) * 0.8):,} chunks (same mix of sources)")
     print(f"   {'chunks':>8} {'rag-dedup/s':>12} {'us/chunk':>9} {'recipe/s':>10} {'speed-up':>9} {'peak B/chunk':>13} {'recipe B/chunk':>15}")
     first_cost = None
+    pool = int(max(sizes) * 0.8)
     for n in sizes:
-        items, _, _ = planted_chunks(n, seed=5)
+        items, _, _ = planted_chunks(n, seed=5, pool=pool)
         secs = best_of(lambda: DedupIndex(threshold=0.8).add_many(items), 1)
         cost = secs / len(items) * 1e6
         first_cost = first_cost or cost

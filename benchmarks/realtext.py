@@ -87,9 +87,17 @@ def edit(words: list[str], rate: float, rng: random.Random, vocabulary: list[str
 
 
 def planted_chunks(
-    n: int, words_per_chunk: int = 180, dup_share: float = 0.2, seed: int = 7, max_rate: float = 0.06
+    n: int,
+    words_per_chunk: int = 180,
+    dup_share: float = 0.2,
+    seed: int = 7,
+    max_rate: float = 0.06,
+    pool: int | None = None,
 ) -> tuple[list[tuple[str, str]], dict[str, str], str]:
     """``n`` chunks of real text, ``dup_share`` of them near-duplicates of another chunk.
+
+    With ``pool``, the base chunks are a random sample of the first ``pool`` chunks of text, so that
+    benchmarks of different sizes draw from the same mix of sources (per-item costs are comparable).
 
     Returns:
         (items as (key, text), {planted key: key it was copied from}, a line saying where the text came from)
@@ -97,9 +105,12 @@ def planted_chunks(
     rng = random.Random(seed)
     n_dup = int(n * dup_share)
     n_base = n - n_dup
-    words, files = machine_words(n_base * words_per_chunk)
-    n_base = min(n_base, len(words) // words_per_chunk)
-    base = [words[i * words_per_chunk : (i + 1) * words_per_chunk] for i in range(n_base)]
+    pool = max(pool or n_base, n_base)
+    words, files = machine_words(pool * words_per_chunk)
+    pool = min(pool, len(words) // words_per_chunk)
+    picked = sorted(rng.sample(range(pool), min(n_base, pool)))
+    n_base = len(picked)
+    base = [words[i * words_per_chunk : (i + 1) * words_per_chunk] for i in picked]
     vocabulary = words[: 200_000]
     items = [(f"c{i:07d}", " ".join(ws)) for i, ws in enumerate(base)]
     planted: dict[str, str] = {}

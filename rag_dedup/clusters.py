@@ -18,7 +18,9 @@ Example:
     >>> sims = {("a", "b"): 0.9, ("b", "c"): 0.9, ("a", "c"): 0.5}
     >>> def sim(x, y):
     ...     return 1.0 if x == y else sims.get((x, y), sims.get((y, x), 0.0))
-    >>> split_component(list(m.values()), lambda x, y: sim(x.key, y.key), 0.8, longest_then_authority)
+    >>> def similarities(x, others):
+    ...     return [sim(x.key, y.key) for y in others]
+    >>> split_component(list(m.values()), similarities, 0.8, longest_then_authority)
     [('a', [('a', 1.0), ('b', 0.9)]), ('c', [('c', 1.0)])]
 """
 
@@ -76,7 +78,7 @@ class UnionFind(Generic[T]):
 
 def split_component(
     members: Sequence[Member],
-    similarity: Callable[[Member, Member], float],
+    similarities: Callable[[Member, Sequence[Member]], Sequence[float]],
     threshold: float,
     policy: Policy,
     floor: float | None = None,
@@ -91,7 +93,8 @@ def split_component(
 
     Args:
         members: The component's items.
-        similarity: Jaccard similarity of two members (1.0 for a member and itself).
+        similarities: ``similarities(m, others)``: the Jaccard similarity of ``m`` to each of
+            ``others`` (1.0 for a member and itself), computed in one call.
         threshold: The duplicate threshold.
         policy: Chooses the center among the members not yet placed.
         floor: The least similarity to the center a member reached through a chain may have;
@@ -106,17 +109,15 @@ def split_component(
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
         center = choose(policy, remaining)
+        others = [m for m in remaining if m.key != center.key]
         placed: list[tuple[Member, float]] = [(center, 1.0)]
         fringe: list[tuple[Member, float]] = []
         rest: list[Member] = []
-        for m in remaining:
-            if m.key == center.key:
-                continue
-            s = similarity(center, m)
+        for m, s in zip(others, similarities(center, others)):
             if s >= threshold:
-                placed.append((m, s))
+                placed.append((m, float(s)))
             elif s >= floor:
-                fringe.append((m, s))
+                fringe.append((m, float(s)))
             else:
                 rest.append(m)
         grew = True
@@ -124,7 +125,8 @@ def split_component(
             grew = False
             still: list[tuple[Member, float]] = []
             for m, s in fringe:
-                if any(similarity(p, m) >= threshold for p, _ in placed[1:]):
+                near = similarities(m, [p for p, _ in placed[1:]])
+                if len(near) and max(near) >= threshold:
                     placed.append((m, s))
                     grew = True
                 else:

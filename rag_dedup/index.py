@@ -54,7 +54,7 @@ from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, longest_then_authority
-from rag_dedup.shingles import DEFAULT_NGRAM, jaccard, shingle_hashes_many
+from rag_dedup.shingles import DEFAULT_NGRAM, jaccard, jaccard_many, shingle_hashes_many
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 
@@ -385,18 +385,15 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
-        cache: dict[tuple[int, int], float] = {}
+        def similarities(a: Member, others: Sequence[Member]) -> np.ndarray:
+            ga = gid_of[a.key]
+            gids = [gid_of[m.key] for m in others]
+            distinct = list(dict.fromkeys(g for g in gids if g != ga))
+            found = dict(zip(distinct, jaccard_many(shingles[ga], [shingles[g] for g in distinct]).tolist()))
+            found[ga] = 1.0
+            return np.array([found[g] for g in gids], dtype=np.float64)
 
-        def similarity(a: Member, b: Member) -> float:
-            ga, gb = gid_of[a.key], gid_of[b.key]
-            if ga == gb:
-                return 1.0
-            pair = (ga, gb) if ga < gb else (gb, ga)
-            if pair not in cache:
-                cache[pair] = jaccard(shingles[ga], shingles[gb])
-            return cache[pair]
-
-        return keys, split_component(members, similarity, self.threshold, self.policy, self.drift_floor)
+        return keys, split_component(members, similarities, self.threshold, self.policy, self.drift_floor)
 
     # --- removing ---------------------------------------------------------------------------
     def remove(self, key: str) -> None:

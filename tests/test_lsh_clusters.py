@@ -109,10 +109,8 @@ def test_policy_must_return_a_member() -> None:
 SIMS = {("a", "b"): 0.85, ("b", "c"): 0.85, ("a", "c"): 0.75, ("c", "d"): 0.9, ("a", "d"): 0.5, ("b", "d"): 0.7}
 
 
-def sim(x: Member, y: Member) -> float:
-    if x.key == y.key:
-        return 1.0
-    return SIMS.get((x.key, y.key), SIMS.get((y.key, x.key), 0.0))
+def sim(x: Member, others: list[Member]) -> list[float]:
+    return [1.0 if x.key == y.key else SIMS.get((x.key, y.key), SIMS.get((y.key, x.key), 0.0)) for y in others]
 
 
 def test_chain_is_cut_at_the_drift_floor() -> None:

@@ -216,3 +216,12 @@ def test_minhasher_validates_parameters() -> None:
         MinHasher(1)
     with pytest.raises(TypeError, match="num_perm must be int"):
         MinHasher(128.0)  # type: ignore[arg-type]
+
+
+def test_jaccard_many_equals_pairwise() -> None:
+    sets = shingle_hashes_many([t for _, t in chunks()[:80]]) + [np.empty(0, dtype=np.uint32)]
+    from rag_dedup.shingles import jaccard_many
+
+    for a in sets[:5] + [sets[-1]]:
+        assert jaccard_many(a, sets).tolist() == [jaccard(a, b) for b in sets]
+    assert jaccard_many(sets[0], []).tolist() == []
