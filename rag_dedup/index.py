@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import math
 import os
 from collections import Counter
@@ -54,7 +53,14 @@ from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, longest_then_authority
-from rag_dedup.shingles import DEFAULT_NGRAM, jaccard, jaccard_many, shingle_hashes_many
+from rag_dedup.shingles import (
+    DEFAULT_NGRAM,
+    canonical_digest,
+    jaccard,
+    jaccard_many,
+    shingle_hashes_many,
+    shingles_and_digests,
+)
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 
@@ -102,6 +108,9 @@ class _Item(NamedTuple):
     source: str | None
     authority: float
     first_seen: float | None
+
+
+_new_item = tuple.__new__  # _Item(...) without the keyword-handling constructor (hot path)
 
 
 class DedupIndex:
@@ -278,41 +287,55 @@ class DedupIndex:
     def _add_batch(self, items: Sequence[_Item]) -> None:
         storage = self.storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
-        canon = [canonical(item.text) for item in items]
-        digests = [_digest(c) if c else None for c in canon]
-        text_of = {d: c for d, c in zip(digests, canon) if d is not None}
-        unique = list(text_of)
-        sets = shingle_hashes_many([text_of[d] for d in unique], self.ngram, canonicalized=True)
+        all_sets, digests = shingles_and_digests([item.text for item in items], self.ngram)
+        first: dict[bytes, int] = {}
+        for i, d in enumerate(digests):
+            if d is not None:
+                first.setdefault(d, i)
+        unique = list(first)
+        sets = [all_sets[i] for i in first.values()]
+        del all_sets
         band_keys = self._band_keys(sets)
         with storage.lock():
             gid_of = dict(zip(unique, storage.find_groups(unique)))
-            fresh = [i for i, d in enumerate(unique) if gid_of[d] is None]
+            # Re-adding a key is a no-op when nothing about it changed (a retried batch), else an error;
+            # checked before anything is written.
+            keys = [item.key for item in items]
+            again: set[str] = set()
+            for item, d, old in zip(items, digests, storage.get_items(keys)):
+                if old is None:
+                    continue
+                gid = EMPTY_GROUP if d is None else gid_of[d]
+                if old != (gid, len(item.text), item.source, item.authority, item.first_seen):
+                    raise ValueError(
+                        f"key {item.key!r} is already in the index with another text or metadata; "
+                        "remove() it first to replace it"
+                    )
+                again.add(item.key)
+            if again:
+                items = [item for item in items if item.key not in again]
+                digests = [canonical_digest(item.text) for item in items]
+            wanted = {d for d in digests if d is not None and gid_of[d] is None}
+            fresh = [i for i, d in enumerate(unique) if d in wanted]
             fresh_sets = [sets[i] for i in fresh]
             fresh_keys = band_keys[fresh]
+            # Candidates among stored groups (asked before the new ones are filed, so a group does not
+            # find itself), then among the new groups themselves.
+            candidates = storage.query_bands(fresh_keys)
             new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+            for row, others in _shared_rows(fresh_keys).items():
+                candidates[row].update(new_gids[o] for o in others)
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
+            new_record = tuple.__new__
             records = {
-                item.key: ItemRecord(
-                    gid=EMPTY_GROUP if d is None else gid_of[d],
-                    length=len(item.text),
-                    source=item.source,
-                    authority=item.authority,
-                    first_seen=item.first_seen,
+                item.key: new_record(
+                    ItemRecord,
+                    (EMPTY_GROUP if d is None else gid_of[d], len(item.text), item.source, item.authority, item.first_seen),
                 )
                 for item, d in zip(items, digests)
             }
-            keys = list(records)
-            for key, old in zip(keys, storage.get_items(keys)):
-                if old is None:
-                    continue
-                if old != records[key]:
-                    raise ValueError(
-                        f"key {key!r} is already in the index with another text or metadata; remove() it first to replace it"
-                    )
-                del records[key]  # the same item again: a no-op, so a retried batch is idempotent
             storage.put_items(records)
             shingles = dict(zip(new_gids, fresh_sets))
-            candidates = storage.query_bands(fresh_keys)
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
             self._link_and_recluster(touched, dict(zip(new_gids, candidates)), shingles, fresh_items=records)
@@ -330,9 +353,9 @@ class DedupIndex:
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed."""
         storage = self.storage
-        # A new group whose only candidate is itself, holding one new item, is a cluster of its own:
-        # nothing to verify, merge or store (most texts of a corpus take this path).
-        candidates = {g: cs for g, cs in candidates.items() if len(cs) > 1 or g not in cs}
+        # A new group with no candidates, holding one new item, is a cluster of its own: nothing to
+        # verify, merge or store (most texts of a corpus take this path).
+        candidates = {g: cs - {g} for g, cs in candidates.items() if cs - {g}}
         new_items = Counter(rec.gid for rec in fresh_items.values())
         touched = [g for g in touched if g in candidates or g not in shingles or new_items[g] > 1]
         if not touched:
@@ -469,15 +492,15 @@ class DedupIndex:
         entries = storage.get_clusters(keys)
         reps = sorted({e[0] for e in entries if e is not None})
         rep_gid = {k: r.gid for k, r in zip(reps, storage.get_items(reps)) if r is not None}
+        make = tuple.__new__  # Match(...) without the keyword-handling constructor (hot path)
         out = []
         for key, rec, entry in zip(keys, records, entries):
-            assert rec is not None
             if entry is None or entry[0] == key:
-                out.append(Match(key, key, key, None, 1.0, "unique"))
+                out.append(make(Match, (key, key, key, None, 1.0, "unique")))
             else:
                 rep, sim = entry
-                kind: Kind = "exact" if rep_gid.get(rep) == rec.gid else "near"
-                out.append(Match(key, rep, rep, rep, sim, kind))
+                kind = "exact" if rep_gid.get(rep) == rec.gid else "near"  # type: ignore[union-attr]
+                out.append(make(Match, (key, rep, rep, rep, sim, kind)))
         return out
 
     def match(self, key: str) -> Match:
@@ -604,8 +627,25 @@ class DedupIndex:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def _digest(canon: str) -> bytes:
-    return hashlib.blake2b(canon.encode("utf-8"), digest_size=16).digest()
+def _shared_rows(band_keys: np.ndarray) -> dict[int, set[int]]:
+    """For each row of an ``(n, b)`` band-key array, the other rows sharing at least one key."""
+    n, b = band_keys.shape
+    flat = band_keys.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    out: dict[int, set[int]] = {}
+    if len(same) == 0:
+        return out
+    rows = order // b
+    # Runs of equal keys: positions i..j with ordered[i] == ... == ordered[j].
+    starts = same[np.concatenate(([True], same[1:] != same[:-1] + 1))]
+    ends = same[np.concatenate((same[1:] != same[:-1] + 1, [True]))] + 1
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        run = set(rows[lo : hi + 1].tolist())
+        for r in run:
+            out.setdefault(r, set()).update(run - {r})
+    return {r: s for r, s in out.items() if s}
 
 
 def _policy_name(policy: Policy) -> str:
@@ -646,7 +686,7 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
 
 def _parse_raw(raw: object, i: int) -> _Item:
     if type(raw) is tuple and len(raw) == 2 and type(raw[0]) is str and raw[0] and type(raw[1]) is str:
-        return _Item(raw[0], raw[1], None, 0.0, None)  # the common case, checked in one line
+        return _new_item(_Item, (raw[0], raw[1], None, 0.0, None))  # the common case, checked in one line
     where = f"items[{i}]: "
     if isinstance(raw, tuple) and len(raw) == 2:
         return _parse_item(raw[0], raw[1], None, 0.0, None, where)

@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from hashlib import blake2b
 
 import numpy as np
 
@@ -43,9 +44,11 @@ __all__ = [
     "DEFAULT_NGRAM",
     "jaccard",
     "jaccard_many",
+    "canonical_digest",
     "reference_shingle_hashes",
     "shingle_hashes",
     "shingle_hashes_many",
+    "shingles_and_digests",
 ]
 
 #: Five-word shingles: long enough that unrelated prose rarely shares one, short enough that a
@@ -73,10 +76,8 @@ _C = [_splitmix64(k) | 1 for k in range(_MAX_NGRAM)]
 _C_NP = np.array(_C, dtype=np.uint64)
 
 # Bytes that separate words: ASCII whitespace (tab, LF, VT, FF, CR, the four information separators
-# and space), the same set as str.split(). canonical() leaves only spaces and newlines, token_form()
-# may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
-_IS_WORD_BYTE = np.ones(256, dtype=bool)
-_IS_WORD_BYTE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = False
+# and space: 9-13, 28-32), the same set as str.split(). canonical() leaves only spaces and newlines,
+# token_form() may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
 # Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries.
 _PIECE_BYTES = 1 << 17
 
@@ -126,32 +127,69 @@ def _check_ngram(ngram: int) -> None:
         raise ValueError(f"ngram ({ngram}) must be between 1 and {_MAX_NGRAM}; 5-word shingles are the usual choice")
 
 
-def _word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hash every word of a UTF-8 buffer; return (word start offsets, 64-bit word hashes)."""
+def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Find and hash every word of a UTF-8 buffer: (is_word mask, starts, ends, 64-bit word hashes)."""
     n = len(buf)
-    is_word = _IS_WORD_BYTE[buf]
-    edges = np.diff(np.concatenate(([False], is_word, [False])).view(np.int8))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
+    # Not whitespace: above space, or a control byte outside 9-13 and 28-31 (comparisons beat a table).
+    is_word = (buf > 32) | ((buf < 28) & ((buf < 9) | (buf > 13)))
+    edges = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1
+    if n and is_word[0]:
+        edges = np.concatenate((np.zeros(1, dtype=edges.dtype), edges))
+    if n and is_word[-1]:
+        edges = np.concatenate((edges, np.full(1, n, dtype=edges.dtype)))
+    starts, ends = edges[0::2], edges[1::2]  # word edges alternate: start, end, start, end, ...
     _POWERS.ensure(n + 1)
     with np.errstate(over="ignore"):
         prefix = np.empty(n + 1, dtype=np.uint64)
         prefix[0] = 0
         np.cumsum(buf.astype(np.uint64) * _POWERS.p[:n], out=prefix[1:])
         words = (prefix[ends] - prefix[starts]) * _POWERS.q[starts]
-    return starts, words
+    return is_word, starts, ends, words
 
 
-def _hash_piece(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
-    """Shingle hashes of canonical texts whose UTF-8 forms are joined into one buffer."""
+def _canonical_bytes(
+    buf: np.ndarray, is_word: np.ndarray, starts: np.ndarray, ends: np.ndarray, same_text: np.ndarray, text_starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rebuild :func:`canonical` of token-form texts from their words, in bulk.
+
+    ``canonical(t)`` is the words of ``token_form(t)`` joined by ``" "``, ``"\n"`` or ``"\n\n"``
+    as the whitespace between them holds no, one, or two or more line breaks (LF, or CR not followed
+    by LF, as CRLF and CR become LF); leading and trailing whitespace is dropped. Returns the
+    concatenated canonical bytes and each text's offset into them (one more offset at the end).
+    """
+    breaks = np.flatnonzero(buf == 10)
+    crs = np.flatnonzero(buf == 13)
+    if len(crs):
+        lone = crs[(crs + 1 >= len(buf)) | (buf[np.minimum(crs + 1, len(buf) - 1)] != 10)]
+        breaks = np.union1d(breaks, lone)
+    gap_start, gap_end = ends[:-1][same_text], starts[1:][same_text]
+    count = np.searchsorted(breaks, gap_end) - np.searchsorted(breaks, gap_start)
+    values = buf.copy()
+    keep = is_word.copy()
+    keep[gap_start] = True
+    values[gap_start] = np.where(count > 0, 10, 32)
+    double = gap_start[count > 1] + 1
+    keep[double] = True
+    values[double] = 10
+    sizes = np.add.reduceat(keep, text_starts, dtype=np.int64) if len(keep) else np.zeros(len(text_starts), np.int64)
+    return values[keep], np.concatenate(([0], np.cumsum(sizes)))
+
+
+def _hash_piece(texts: Sequence[str], ngram: int, digests: list[bytes | None] | None = None) -> list[np.ndarray]:
+    """Shingle hashes of token-form texts, joined into one buffer; with ``digests``, also append the
+    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
     encoded = [t.encode("utf-8") for t in texts]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(b"\n".join(encoded), dtype=np.uint8)
-    starts, words = _word_hashes(buf)
+    is_word, starts, ends, words = _words(buf)
     text_of_word = np.searchsorted(text_starts, starts, side="right") - 1
     words_per_text = np.bincount(text_of_word, minlength=len(texts))
     first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+    if digests is not None:
+        kept, offsets = _canonical_bytes(buf, is_word, starts, ends, text_of_word[1:] == text_of_word[:-1], text_starts)
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            digests.append(blake2b(kept[a:b].tobytes(), digest_size=16).digest() if b > a else None)
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):
@@ -225,23 +263,44 @@ def shingle_hashes_many(texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, can
     Raises:
         TypeError: A text is not a ``str``.
     """
+    return _run(texts, ngram, canonicalized, None)
+
+
+def shingles_and_digests(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[list[np.ndarray], list[bytes | None]]:
+    """:func:`shingle_hashes_many`, plus each text's exact-duplicate digest, in the same pass.
+
+    The digest is the 16-byte BLAKE2b of the UTF-8 :func:`canonical` form (None for a text with no
+    words: an empty text is no one's duplicate), computed without building the canonical strings in
+    Python: it is rebuilt from the words and line breaks the shingling already found.
+    """
+    digests: list[bytes | None] = []
+    return _run(texts, ngram, False, digests), digests
+
+
+def canonical_digest(text: str) -> bytes | None:
+    """The exact-duplicate digest of one text (see :func:`shingles_and_digests`); None if it is empty."""
+    canon = canonical(text)
+    return blake2b(canon.encode("utf-8"), digest_size=16).digest() if canon else None
+
+
+def _run(texts: Sequence[str], ngram: int, canonicalized: bool, digests: list[bytes | None] | None) -> list[np.ndarray]:
     _check_ngram(ngram)
-    canon: list[str] = []
+    forms: list[str] = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        canon.append(text if canonicalized else token_form(text))
+        forms.append(text if canonicalized else token_form(text))
     out: list[np.ndarray] = []
     piece: list[str] = []
     size = 0
-    for text in canon:
+    for text in forms:
         piece.append(text)
         size += len(text) + 1
         if size >= _PIECE_BYTES:
-            out.extend(_hash_piece(piece, ngram))
+            out.extend(_hash_piece(piece, ngram, digests))
             piece, size = [], 0
     if piece:
-        out.extend(_hash_piece(piece, ngram))
+        out.extend(_hash_piece(piece, ngram, digests))
     return out
 
 

@@ -225,3 +225,23 @@ def test_jaccard_many_equals_pairwise() -> None:
     for a in sets[:5] + [sets[-1]]:
         assert jaccard_many(a, sets).tolist() == [jaccard(a, b) for b in sets]
     assert jaccard_many(sets[0], []).tolist() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("aZé ß\t\n\r\u00a0\u200b\u00ad\x0b\x1c\u2028ﬁ.Σ")), max_size=30), max_size=5))
+def test_bulk_digest_is_the_digest_of_the_canonical_form(texts: list[str]) -> None:
+    """The index rebuilds canonical forms from words and line breaks in bulk; it must equal canonical()."""
+    from rag_dedup.shingles import canonical_digest, shingles_and_digests
+
+    sets, digests = shingles_and_digests(texts)
+    assert digests == [canonical_digest(t) for t in texts]
+    assert all(np.array_equal(a, shingle_hashes(t)) for a, t in zip(sets, texts))
+
+
+def test_bulk_digest_on_real_documents_with_crlf() -> None:
+    from rag_dedup.shingles import canonical_digest, shingles_and_digests
+
+    texts = [t.replace("\n", "\r\n") for t in list(documents().values())[:10]] + list(documents().values())[:10]
+    _, digests = shingles_and_digests(texts)
+    assert digests == [canonical_digest(t) for t in texts]
+    assert digests[:10] == digests[10:]  # CRLF and LF files are the same canonical text
