@@ -171,7 +171,9 @@ def _canonical_bytes(
     double = gap_start[count > 1] + 1
     keep[double] = True
     values[double] = 10
-    sizes = np.add.reduceat(keep, text_starts, dtype=np.int64) if len(keep) else np.zeros(len(text_starts), np.int64)
+    # Each text's segment [start_i, start_i+1) ends with the unkept separator byte; the appended False
+    # gives a last, empty text a segment of its own (reduceat needs every index inside the array).
+    sizes = np.add.reduceat(np.append(keep, False), text_starts, dtype=np.int64)
     return values[keep], np.concatenate(([0], np.cumsum(sizes)))
 
 
