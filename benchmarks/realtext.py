@@ -2,8 +2,11 @@
 
 Sources, in this order, each in sorted path order: the Debian package documentation under
 ``/usr/share/doc`` (copyright files, READMEs, NEWS and changelogs, gunzipped), then ``.rst``/``.md``/
-``.txt`` files under the Python installation's ``site-packages`` (package documentation), then the
-repository's own test corpus (so something is always there). Files that are byte-identical to one
+``.txt`` files under the running and the base Python installation's ``site-packages`` (package
+documentation), then the
+manual pages under ``/usr/share/man`` (gunzipped, groff requests and font escapes stripped: English
+sections first, then the translations), then the repository's own test corpus (so something is
+always there). Files that are byte-identical to one
 already read are skipped, so the base chunks are as distinct as the sources allow (real text still
 repeats itself: licence paragraphs, changelog entries).
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import random
+import re
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -33,10 +37,22 @@ def source_files() -> Iterator[Path]:
         for path in sorted(doc.rglob("*")):
             if path.is_file() and not path.is_symlink() and path.name.startswith(_DOC_NAMES):
                 yield path
-    site = Path(sysconfig.get_paths()["purelib"])
-    for pattern in ("*.rst", "*.md", "*.txt"):
-        yield from sorted(p for p in site.rglob(pattern) if p.is_file() and p.stat().st_size > 2000)
+    sites = [Path(sysconfig.get_paths()["purelib"])]
+    base = Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
+    if base != sites[0] and base.is_dir():
+        sites.append(base)
+    for site in sites:
+        for pattern in ("*.rst", "*.md", "*.txt"):
+            yield from sorted(p for p in site.rglob(pattern) if p.is_file() and p.stat().st_size > 2000)
+    man = Path("/usr/share/man")
+    if man.is_dir():
+        english = sorted(man.glob("man*/*.gz"))
+        yield from english
+        yield from sorted(p for p in man.rglob("*.gz") if p.parent.parent != man)
     yield from sorted((REPO / "tests" / "data" / "corpus").rglob("*.txt"))
+
+
+_GROFF_ESCAPE = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)|\\\(..|\\[-&e|^]")
 
 
 def read_text(path: Path) -> str | None:
@@ -44,9 +60,13 @@ def read_text(path: Path) -> str | None:
         data = path.read_bytes()
         if path.suffix == ".gz":
             data = gzip.decompress(data)
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
         return None
+    if "/man/" in str(path):
+        lines = (line for line in text.splitlines() if not line.startswith((".", "'")))
+        text = _GROFF_ESCAPE.sub("", "\n".join(lines))
+    return text
 
 
 def machine_words(limit: int) -> tuple[list[str], int]:
@@ -86,6 +106,29 @@ def edit(words: list[str], rate: float, rng: random.Random, vocabulary: list[str
     return out
 
 
+_DISTINCT: dict[tuple[int, int], list[int]] = {}
+
+
+def distinct_chunks(words: list[str], words_per_chunk: int) -> list[int]:
+    """Indices of the chunks that have no near-duplicate (Jaccard >= 0.8) among all the chunks.
+
+    Real text repeats itself (changelogs of sibling packages, licence texts); a benchmark that wants
+    a known share of duplicates starts from chunks with none, found here with rag-dedup itself.
+    """
+    key = (len(words), words_per_chunk)
+    if key not in _DISTINCT:
+        from rag_dedup import DedupIndex
+
+        count = len(words) // words_per_chunk
+        index = DedupIndex(threshold=0.8)
+        index.add_many(
+            (str(i), " ".join(words[i * words_per_chunk : (i + 1) * words_per_chunk])) for i in range(count)
+        )
+        in_clusters = {k for _, ms in index.clusters(include_singletons=False) for k in ms}
+        _DISTINCT[key] = [i for i in range(count) if str(i) not in in_clusters]
+    return _DISTINCT[key]
+
+
 def planted_chunks(
     n: int,
     words_per_chunk: int = 180,
@@ -93,11 +136,14 @@ def planted_chunks(
     seed: int = 7,
     max_rate: float = 0.06,
     pool: int | None = None,
+    distinct: bool = False,
 ) -> tuple[list[tuple[str, str]], dict[str, str], str]:
     """``n`` chunks of real text, ``dup_share`` of them near-duplicates of another chunk.
 
     With ``pool``, the base chunks are a random sample of the first ``pool`` chunks of text, so that
-    benchmarks of different sizes draw from the same mix of sources (per-item costs are comparable).
+    benchmarks of different sizes draw from the same mix of sources. With ``distinct``, only chunks
+    without a near-duplicate in that pool are used as base chunks, so the share of duplicates is the
+    planted one at every size (real text's own repetition otherwise grows with the sample).
 
     Returns:
         (items as (key, text), {planted key: key it was copied from}, a line saying where the text came from)
@@ -106,9 +152,10 @@ def planted_chunks(
     n_dup = int(n * dup_share)
     n_base = n - n_dup
     pool = max(pool or n_base, n_base)
-    words, files = machine_words(pool * words_per_chunk)
-    pool = min(pool, len(words) // words_per_chunk)
-    picked = sorted(rng.sample(range(pool), min(n_base, pool)))
+    words, files = machine_words(int(pool * (1.6 if distinct else 1.0)) * words_per_chunk)
+    candidates = distinct_chunks(words, words_per_chunk) if distinct else list(range(len(words) // words_per_chunk))
+    candidates = candidates[:pool]
+    picked = sorted(rng.sample(candidates, min(n_base, len(candidates))))
     n_base = len(picked)
     base = [words[i * words_per_chunk : (i + 1) * words_per_chunk] for i in picked]
     vocabulary = words[: 200_000]
@@ -121,6 +168,6 @@ def planted_chunks(
         planted[key] = f"c{src:07d}"
     origin = (
         f"{len(words):,} words from {files:,} files (/usr/share/doc copyright/README/NEWS/changelog files, "
-        f"then .rst/.md/.txt under {sysconfig.get_paths()['purelib']}) on {sys.platform}"
+        f"then .rst/.md/.txt under site-packages, then man pages) on {sys.platform}"
     )
     return items, planted, origin

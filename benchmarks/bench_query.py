@@ -1,0 +1,210 @@
+"""Query-time cost of DedupPostprocessor next to the retrieval it follows, and what it buys.
+
+Corpus: the shipped real texts (tests/data/corpus: Debian copyright files and licence texts;
+examples/data: more of the same), chunked by SentenceChunker (256 tokens, 64 overlap), ~2k nodes,
+ingested once through DedupTransform (stamped) and once without (unstamped). For each query of a set of
+licence-boilerplate queries, BM25 (llama-index-retrievers-bm25) returns the top 30; on those same 30
+nodes we time:
+
+* the BM25 retrieval itself (the reference: what a query costs anyway);
+* DedupPostprocessor on stamped nodes (goal: under 100 microseconds), and with the index asked for
+  current clusters;
+* DedupPostprocessor on unstamped nodes (text compared on the fly: exact Jaccard of 5-gram shingles),
+  cold (its shingle cache cleared before every call: a query whose chunks it has never seen) and warm
+  (the same chunks seen before, as popular chunks are in a live service);
+* a hand-rolled greedy collapse with rensa MinHash (RMinHash, 128 permutations, keep a node unless its
+  estimated Jaccard with a kept one is >= 0.8), fed either word tokens (rensa's README usage) or the
+  same word 5-grams the postprocessor compares (same work).
+
+Then the distinct-evidence ratio of the top 10 (greedy set of passages with pairwise Jaccard < 0.8,
+divided by 10) for plain BM25, DedupPostprocessor over a 3x over-fetch, and DistinctRetriever.
+
+Run: python benchmarks/bench_query.py [--repeat N]   (needs rensa: pip install rensa)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from llama_index.core import Document
+from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from rag_dedup.chunking import SentenceChunker
+from rag_dedup.postprocessor import DedupPostprocessor
+from rag_dedup.retriever import DistinctRetriever
+from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.transform import DedupTransform
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPORA = [ROOT / "tests" / "data" / "corpus", ROOT / "examples" / "data"]
+QUERIES = [
+    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
+    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
+    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
+    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
+    "Redistributions of source code must retain the above copyright notice, this list of conditions",
+    "On Debian systems, the complete text of the GNU General Public License can be found in /usr/share",
+    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
+    "This program is distributed in the hope that it will be useful, but WITHOUT ANY WARRANTY",
+    "You should have received a copy of the GNU Lesser General Public License along with this library",
+    "Permission to use, copy, modify, and distribute this software and its documentation for any purpose",
+    "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
+    "neither the name of the copyright holder nor the names of its contributors may be used to endorse",
+]
+TOP = 30
+THRESHOLD = 0.8
+
+
+def load_documents() -> list[Document]:
+    docs = []
+    for corpus in CORPORA:
+        for path in sorted(p for p in corpus.rglob("*") if p.is_file() and p.name != "README.md"):
+            docs.append(
+                Document(text=path.read_text(encoding="utf-8", errors="replace"), id_=str(path.relative_to(ROOT)))
+            )
+    return docs
+
+
+def median_us(fn: Callable[[], object], repeat: int) -> float:
+    """Median wall time of one call, in microseconds (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000.0
+
+
+def rensa_greedy(texts: list[str], shingled: bool) -> list[int]:
+    """The hand-rolled baseline: RMinHash per text, keep a text unless it matches a kept one."""
+    from rensa import RMinHash
+
+    kept: list[tuple[int, RMinHash]] = []
+    for i, text in enumerate(texts):
+        words = text.lower().split()
+        tokens = [" ".join(words[j : j + 5]) for j in range(max(1, len(words) - 4))] if shingled else words
+        m = RMinHash(num_perm=128, seed=1)
+        m.update(tokens)
+        if all(m.jaccard(k) < THRESHOLD for _, k in kept):
+            kept.append((i, m))
+    return [i for i, _ in kept]
+
+
+def distinct_ratio(nodes: list[NodeWithScore], k: int = 10) -> float:
+    kept: list = []
+    for n in nodes[:k]:
+        s = shingle_hashes(n.node.get_content())
+        if all(jaccard(s, t) < THRESHOLD for t in kept):
+            kept.append(s)
+    return len(kept) / k
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=200, help="timed calls per query and method (default 200)")
+    args = parser.parse_args()
+    logging.getLogger("llama_index.retrievers.bm25").setLevel(logging.ERROR)
+    try:
+        import rensa  # noqa: F401
+    except ImportError:
+        print("rensa is needed for the baseline: pip install rensa", file=sys.stderr)
+        return 2
+
+    documents = load_documents()
+    plain = SentenceChunker(chunk_size=256, chunk_overlap=64).get_nodes_from_documents(documents)
+    transform = DedupTransform()
+    stamped = transform([n.model_copy(deep=True) for n in plain])
+    print(
+        f"corpus: {len(documents)} documents from tests/data/corpus and examples/data, {len(stamped)} nodes "
+        f"(SentenceChunker 256/64), {transform.counts['exact'] + transform.counts['near']} stamped as duplicates"
+    )
+
+    retriever = BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=TOP)
+    pp = DedupPostprocessor()
+    pp_index = DedupPostprocessor(index=transform.index)
+    rows: dict[str, list[float]] = {
+        name: []
+        for name in (
+            "bm25 top-30",
+            "stamped",
+            "stamped+index",
+            "unstamped cold",
+            "unstamped warm",
+            "rensa words",
+            "rensa 5-grams",
+        )
+    }
+    for query in QUERIES:
+        rows["bm25 top-30"].append(median_us(partial(retriever.retrieve, query), max(10, args.repeat // 10)))
+        hits = retriever.retrieve(query)
+        unstamped = [
+            NodeWithScore(node=TextNode(text=h.node.get_content(), id_=h.node.node_id), score=h.score) for h in hits
+        ]
+        texts = [n.node.get_content() for n in unstamped]
+
+        def cold(nodes: list[NodeWithScore] = unstamped) -> object:
+            pp.clear_cache()  # a query whose chunks the postprocessor has never seen
+            return pp.postprocess_nodes(nodes)
+
+        rows["stamped"].append(median_us(partial(pp.postprocess_nodes, hits), args.repeat))
+        rows["stamped+index"].append(median_us(partial(pp_index.postprocess_nodes, hits), args.repeat))
+        rows["unstamped cold"].append(median_us(cold, args.repeat))
+        rows["unstamped warm"].append(median_us(partial(pp.postprocess_nodes, unstamped), args.repeat))
+        rows["rensa words"].append(median_us(partial(rensa_greedy, texts, shingled=False), args.repeat))
+        rows["rensa 5-grams"].append(median_us(partial(rensa_greedy, texts, shingled=True), args.repeat))
+
+    med = {name: statistics.median(v) for name, v in rows.items()}
+    bm25 = med["bm25 top-30"]
+    print(f"\nper query, median over {len(QUERIES)} queries of the median of {args.repeat} calls, {TOP} nodes each:")
+    print(f"  {'':40s}{'time':>12s}{'vs BM25':>10s}")
+    for name, label in [
+        ("bm25 top-30", f"BM25 retrieve top {TOP} of {len(stamped)}"),
+        ("stamped", "DedupPostprocessor, stamped"),
+        ("stamped+index", "DedupPostprocessor, stamped+index"),
+        ("unstamped cold", "DedupPostprocessor, unstamped, cold"),
+        ("unstamped warm", "DedupPostprocessor, unstamped, warm"),
+        ("rensa words", "rensa greedy, word tokens"),
+        ("rensa 5-grams", "rensa greedy, word 5-grams"),
+    ]:
+        print(f"  {label:40s}{med[name]:>9.1f} us{med[name] / bm25:>9.3f}x")
+    print(f"stamped: {med['stamped']:.1f} us (goal < 100 us: {'met' if med['stamped'] < 100 else 'NOT met'})")
+    for mode in ("cold", "warm"):
+        t = med[f"unstamped {mode}"]
+        print(
+            f"unstamped, {mode}: rensa 5-grams / DedupPostprocessor = {med['rensa 5-grams'] / t:.2f}"
+            f" | rensa word tokens / DedupPostprocessor = {med['rensa words'] / t:.2f} (>1: DedupPostprocessor faster)"
+        )
+
+    baseline = BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=10)
+    distinct = DistinctRetriever(BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=10), top_k=10)
+    top10 = DedupPostprocessor(top_n=10)
+    ratios = {
+        "plain BM25 top 10": [],
+        "DedupPostprocessor(top_n=10) over top 30": [],
+        "DistinctRetriever(top_k=10)": [],
+    }
+    for query in QUERIES:
+        ratios["plain BM25 top 10"].append(distinct_ratio(baseline.retrieve(query)))
+        ratios["DedupPostprocessor(top_n=10) over top 30"].append(
+            distinct_ratio(top10.postprocess_nodes(retriever.retrieve(query)))
+        )
+        ratios["DistinctRetriever(top_k=10)"].append(distinct_ratio(distinct.retrieve(query)))
+    print(
+        f"\ndistinct-evidence ratio of the top 10 (pairwise Jaccard < {THRESHOLD}), mean over {len(QUERIES)} queries:"
+    )
+    for name, values in ratios.items():
+        print(f"  {name:44s}{sum(values) / len(values):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
