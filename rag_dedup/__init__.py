@@ -1,7 +1,16 @@
 """rag-dedup: remove duplicated evidence from retrieval-augmented generation.
 
-The public API is what this module exports; everything else may change.
+The public API is what this module exports; everything else may change. The core (normalisation,
+shingles, MinHash, LSH, :class:`DedupIndex`) needs no LlamaIndex; the LlamaIndex components
+(:class:`SentenceChunker`, :class:`DedupTransform`, :class:`DedupPostprocessor`,
+:class:`DistinctRetriever`) and the node metadata keys are imported on first use, so
+``import rag_dedup`` stays light.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from rag_dedup.index import DedupIndex, IndexMismatchError, Match
 from rag_dedup.lsh import candidate_probability, choose_bands, knee
@@ -10,13 +19,28 @@ from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.shingles import jaccard, shingle_hashes
 from rag_dedup.storage import CorruptIndexError, MemoryStorage, Storage
 
+if TYPE_CHECKING:
+    from rag_dedup.chunking import SentenceChunker
+    from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
+    from rag_dedup.postprocessor import DedupPostprocessor
+    from rag_dedup.retriever import DistinctRetriever
+    from rag_dedup.transform import DedupTransform, SharedIndexRequired
+
 __all__ = [
+    "DEDUP_CLUSTER",
+    "DEDUP_COLLAPSED",
+    "DEDUP_DUPLICATE_OF",
     "CorruptIndexError",
     "DedupIndex",
+    "DedupPostprocessor",
+    "DedupTransform",
+    "DistinctRetriever",
     "IndexMismatchError",
     "Match",
     "Member",
     "MemoryStorage",
+    "SentenceChunker",
+    "SharedIndexRequired",
     "Storage",
     "candidate_probability",
     "canonical",
@@ -28,3 +52,27 @@ __all__ = [
     "shingle_hashes",
 ]
 __version__ = "0.1.0"
+
+# The LlamaIndex components, by the module that defines each.
+_LAZY = {
+    "DEDUP_CLUSTER": "rag_dedup.metadata",
+    "DEDUP_COLLAPSED": "rag_dedup.metadata",
+    "DEDUP_DUPLICATE_OF": "rag_dedup.metadata",
+    "SentenceChunker": "rag_dedup.chunking",
+    "DedupTransform": "rag_dedup.transform",
+    "SharedIndexRequired": "rag_dedup.transform",
+    "DedupPostprocessor": "rag_dedup.postprocessor",
+    "DistinctRetriever": "rag_dedup.retriever",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rag_dedup' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

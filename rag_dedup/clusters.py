@@ -19,8 +19,8 @@ Example:
     >>> def sim(x, y):
     ...     return 1.0 if x == y else sims.get((x, y), sims.get((y, x), 0.0))
     >>> def similarities(x, others):
-    ...     return [sim(x.key, y.key) for y in others]
-    >>> split_component(list(m.values()), similarities, 0.8, longest_then_authority)
+    ...     return [sim(x, y) for y in others]
+    >>> split_component(list(m.values()), lambda m: m.key, similarities, 0.8, longest_then_authority)
     [('a', [('a', 1.0), ('b', 0.9)]), ('c', [('c', 1.0)])]
 """
 
@@ -78,7 +78,8 @@ class UnionFind(Generic[T]):
 
 def split_component(
     members: Sequence[Member],
-    similarities: Callable[[Member, Sequence[Member]], Sequence[float]],
+    group_of: Callable[[Member], Hashable],
+    similarities: Callable[[Hashable, Sequence[Hashable]], Sequence[float]],
     threshold: float,
     policy: Policy,
     floor: float | None = None,
@@ -91,10 +92,14 @@ def split_component(
     (every member is at least ``floor``-similar to its representative) while a near-duplicate pair
     is not torn apart merely because one of the two is a little further from the center.
 
+    Members with the same text (the same *group*) have the same similarity to everything, so they
+    always land in the same cluster; the work is done per group, the policy still chooses items.
+
     Args:
         members: The component's items.
-        similarities: ``similarities(m, others)``: the Jaccard similarity of ``m`` to each of
-            ``others`` (1.0 for a member and itself), computed in one call.
+        group_of: The group (exact-duplicate class) of a member.
+        similarities: ``similarities(g, others)``: the Jaccard similarity of group ``g`` to each of
+            the groups ``others`` (1.0 for a group and itself), computed in one call.
         threshold: The duplicate threshold.
         policy: Chooses the center among the members not yet placed.
         floor: The least similarity to the center a member reached through a chain may have;
@@ -105,34 +110,40 @@ def split_component(
         order the centers were chosen; each member list starts with the representative.
     """
     floor = threshold if floor is None else min(floor, threshold)
-    remaining = list(members)
+    items: dict[Hashable, list[Member]] = {}
+    for m in members:
+        items.setdefault(group_of(m), []).append(m)
+    remaining = list(items)
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
-        center = choose(policy, remaining)
-        others = [m for m in remaining if m.key != center.key]
-        placed: list[tuple[Member, float]] = [(center, 1.0)]
-        fringe: list[tuple[Member, float]] = []
-        rest: list[Member] = []
-        for m, s in zip(others, similarities(center, others)):
+        center = choose(policy, [m for g in remaining for m in items[g]])
+        cg = group_of(center)
+        others = [g for g in remaining if g != cg]
+        placed: list[tuple[Hashable, float]] = [(cg, 1.0)]
+        fringe: list[tuple[Hashable, float]] = []
+        rest: list[Hashable] = []
+        for g, s in zip(others, similarities(cg, others)):
             if s >= threshold:
-                placed.append((m, float(s)))
+                placed.append((g, float(s)))
             elif s >= floor:
-                fringe.append((m, float(s)))
+                fringe.append((g, float(s)))
             else:
-                rest.append(m)
+                rest.append(g)
         grew = True
         while fringe and grew:
             grew = False
-            still: list[tuple[Member, float]] = []
-            for m, s in fringe:
-                near = similarities(m, [p for p, _ in placed[1:]])
+            still: list[tuple[Hashable, float]] = []
+            for g, s in fringe:
+                near = similarities(g, [p for p, _ in placed[1:]])
                 if len(near) and max(near) >= threshold:
-                    placed.append((m, s))
+                    placed.append((g, s))
                     grew = True
                 else:
-                    still.append((m, s))
+                    still.append((g, s))
             fringe = still
-        rest.extend(m for m, _ in fringe)
-        clusters.append((center.key, [(m.key, s) for m, s in placed]))
+        rest.extend(g for g, _ in fringe)
+        cluster = [(center.key, 1.0)]
+        cluster.extend((m.key, s) for g, s in placed for m in items[g] if m.key != center.key)
+        clusters.append((center.key, cluster))
         remaining = rest
     return clusters

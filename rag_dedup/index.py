@@ -52,7 +52,7 @@ from rag_dedup import lsh
 from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
-from rag_dedup.policy import Member, Policy, longest_then_authority
+from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
 from rag_dedup.shingles import (
     DEFAULT_NGRAM,
     canonical_digest,
@@ -353,6 +353,7 @@ class DedupIndex:
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed."""
         storage = self.storage
+        new_groups = set(shingles)
         # A new group with no candidates, holding one new item, is a cluster of its own: nothing to
         # verify, merge or store (most texts of a corpus take this path).
         candidates = {g: cs - {g} for g, cs in candidates.items() if cs - {g}}
@@ -376,6 +377,8 @@ class DedupIndex:
         merged: dict[int, set[int]] = {}
         for g in involved:
             merged.setdefault(uf.find(min(component[g])), set()).update(component[g])
+        # Components that no union touched: the same groups as before (only exact copies may be new).
+        unchanged = {component[g] for g in involved} & {frozenset(m) for m in merged.values()}
         changed = [comp for comp in merged.values() if len(comp) > 1]
         storage.set_components(changed)
         touched_set = set(touched)
@@ -389,11 +392,51 @@ class DedupIndex:
                 members = storage.group_items([g])[0]
                 if len(members) == 1 and members[0] in fresh_items:
                     continue  # a new text alone in a new group: a cluster of its own, nothing stored
+            if not comp & new_groups and frozenset(comp) in unchanged:
+                placed = self._place_exact_copies(comp, fresh_items)
+                if placed is not None:
+                    keys.extend(placed[0])
+                    clusters.extend(placed[1])
+                    continue
             comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         if keys:
             storage.set_clusters(keys, clusters)
+
+    def _place_exact_copies(
+        self, comp: set[int], fresh_items: Mapping[str, ItemRecord]
+    ) -> tuple[list[str], list[ClusterEntry]] | None:
+        """Place new exact copies in a component whose groups did not change, without reclustering.
+
+        With the default policy (a total order), a copy that ranks after its group's best old item
+        ``y`` is never chosen as a center while ``y`` is unplaced, and lands in ``y``'s cluster with
+        ``y``'s similarity, which is what reclustering from scratch gives. Returns the keys and
+        clusters to store, or None when some copy outranks its group (then recluster).
+        """
+        if self.policy is not longest_then_authority:
+            return None
+        storage = self.storage
+        gids = sorted(comp)
+        updates: dict[str, list[tuple[str, float]]] = {}
+        for keys in storage.group_items(gids):
+            new = [k for k in keys if k in fresh_items]
+            old = [k for k in keys if k not in fresh_items]
+            if not new:
+                continue
+            if not old:
+                return None
+            records = dict(zip(keys, storage.get_items(keys)))
+            rank = {k: default_rank(Member(k, r.length, r.source, r.authority, r.first_seen)) for k, r in records.items() if r}
+            best = min(old, key=rank.__getitem__)
+            if any(rank[k] < rank[best] for k in new):
+                return None
+            entry = storage.get_clusters([best])[0]
+            rep, sim = entry if entry is not None else (best, 1.0)
+            if rep not in updates:
+                updates[rep] = storage.cluster_members([rep])[0] or [(best, 1.0)]
+            updates[rep].extend((k, sim) for k in new)
+        return [k for members in updates.values() for k, _ in members], list(updates.items())
 
     def _cluster_component(self, gids: Sequence[int], shingles: dict[int, np.ndarray]) -> tuple[list[str], list[ClusterEntry]]:
         """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.split_component`)."""
@@ -408,15 +451,13 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
-        def similarities(a: Member, others: Sequence[Member]) -> np.ndarray:
-            ga = gid_of[a.key]
-            gids = [gid_of[m.key] for m in others]
-            distinct = list(dict.fromkeys(g for g in gids if g != ga))
-            found = dict(zip(distinct, jaccard_many(shingles[ga], [shingles[g] for g in distinct]).tolist()))
-            found[ga] = 1.0
-            return np.array([found[g] for g in gids], dtype=np.float64)
+        def similarities(g: int, others: Sequence[int]) -> np.ndarray:
+            return jaccard_many(shingles[g], [shingles[o] for o in others])
 
-        return keys, split_component(members, similarities, self.threshold, self.policy, self.drift_floor)
+        group_of = gid_of.__getitem__
+        return keys, split_component(
+            members, lambda m: group_of(m.key), similarities, self.threshold, self.policy, self.drift_floor
+        )
 
     # --- removing ---------------------------------------------------------------------------
     def remove(self, key: str) -> None:
@@ -517,7 +558,7 @@ class DedupIndex:
         return self.match(key).cluster_id
 
     def members(self, cluster_id: str) -> list[str]:
-        """The keys in a cluster, representative first.
+        """The keys in a cluster: the representative, then the others in key order.
 
         Raises:
             KeyError: No cluster has this id (it is unknown, or a key that is not a representative).
@@ -525,7 +566,7 @@ class DedupIndex:
         _check_key(cluster_id, "cluster_id")
         found = self.storage.cluster_members([cluster_id])[0]
         if found:
-            return [k for k, _ in found]
+            return [cluster_id, *sorted(k for k, _ in found if k != cluster_id)]
         m = self.match(cluster_id)
         if m.duplicate_of is not None:
             raise KeyError(f"{cluster_id!r} is not a cluster id; it is a member of cluster {m.cluster_id!r}")
@@ -536,11 +577,11 @@ class DedupIndex:
         return self.members(cluster_id)[0]
 
     def clusters(self, *, include_singletons: bool = True) -> Iterator[tuple[str, list[str]]]:
-        """Every cluster as (cluster_id, member keys, representative first)."""
+        """Every cluster as (cluster_id, member keys): the representative, then the others in key order."""
         in_cluster: set[str] = set()
         for rep, members in self.storage.iter_clusters():
             in_cluster.update(k for k, _ in members)
-            yield rep, [k for k, _ in members]
+            yield rep, [rep, *sorted(k for k, _ in members if k != rep)]
         if include_singletons:
             for key in self.storage.iter_keys():
                 if key not in in_cluster:
@@ -667,6 +708,8 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
 
 
 def _check_key(key: object, name: str) -> None:
+    if type(key) is str and key:
+        return
     if not isinstance(key, str):
         raise TypeError(f"{name} must be str, got {type(key).__name__}")
     if not key:
@@ -679,27 +722,33 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
         raise TypeError(f"{where}text must be str, got {type(text).__name__} (key {key!r})")
     if source is not None and not isinstance(source, str):
         raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
-    if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
+    if type(authority) is not float:
+        if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
+            raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
+        authority = float(authority)
+    elif not math.isfinite(authority):
         raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
-    return _Item(key, text, source, float(authority), _timestamp(first_seen, where, key))  # type: ignore[arg-type]
+    seen = None if first_seen is None else _timestamp(first_seen, where, key)
+    return _new_item(_Item, (key, text, source, authority, seen))
+
+
+_FIELDS = frozenset(("key", "text", "source", "authority", "first_seen"))
 
 
 def _parse_raw(raw: object, i: int) -> _Item:
     if type(raw) is tuple and len(raw) == 2 and type(raw[0]) is str and raw[0] and type(raw[1]) is str:
         return _new_item(_Item, (raw[0], raw[1], None, 0.0, None))  # the common case, checked in one line
-    where = f"items[{i}]: "
+    where = "items[%d]: " % i
+    if type(raw) is dict or isinstance(raw, Mapping):
+        if len(raw) <= 5 and raw.keys() <= _FIELDS and "key" in raw and "text" in raw:
+            return _parse_item(
+                raw["key"], raw["text"], raw.get("source"), raw.get("authority", 0.0), raw.get("first_seen"), where
+            )
+        raise ValueError(
+            f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); got {sorted(raw)}"
+        )
     if isinstance(raw, tuple) and len(raw) == 2:
         return _parse_item(raw[0], raw[1], None, 0.0, None, where)
-    if isinstance(raw, Mapping):
-        unknown = set(raw) - {"key", "text", "source", "authority", "first_seen"}
-        if unknown or "key" not in raw or "text" not in raw:
-            raise ValueError(
-                f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); "
-                f"got {sorted(raw)}"
-            )
-        return _parse_item(
-            raw["key"], raw["text"], raw.get("source"), raw.get("authority", 0.0), raw.get("first_seen"), where
-        )
     raise TypeError(f"{where}expected a (key, text) tuple or a mapping with key and text, got {type(raw).__name__}")
 
 

@@ -109,17 +109,21 @@ def test_policy_must_return_a_member() -> None:
 SIMS = {("a", "b"): 0.85, ("b", "c"): 0.85, ("a", "c"): 0.75, ("c", "d"): 0.9, ("a", "d"): 0.5, ("b", "d"): 0.7}
 
 
-def sim(x: Member, others: list[Member]) -> list[float]:
-    return [1.0 if x.key == y.key else SIMS.get((x.key, y.key), SIMS.get((y.key, x.key), 0.0)) for y in others]
+def sim(x: str, others: list[str]) -> list[float]:
+    return [1.0 if x == y else SIMS.get((x, y), SIMS.get((y, x), 0.0)) for y in others]
+
+
+def by_key(m: Member) -> str:
+    return m.key
 
 
 def test_chain_is_cut_at_the_drift_floor() -> None:
     """Guards against chaining drift: d is a near-duplicate of c, but only 0.5 like the representative."""
     ms = [member("a", 40), member("b", 30), member("c", 20), member("d", 10)]
-    got = split_component(ms, sim, 0.8, longest_then_authority, floor=0.7)
+    got = split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)
     assert got == [("a", [("a", 1.0), ("b", 0.85), ("c", 0.75)]), ("d", [("d", 1.0)])]
     # Without a floor below the threshold, only direct near-duplicates of the center join.
-    strict = split_component(ms, sim, 0.8, longest_then_authority)
+    strict = split_component(ms, by_key, sim, 0.8, longest_then_authority)
     assert strict == [("a", [("a", 1.0), ("b", 0.85)]), ("c", [("c", 1.0), ("d", 0.9)])]
 
 
@@ -128,8 +132,8 @@ def test_chain_is_cut_at_the_drift_floor() -> None:
 def test_split_component_ignores_member_order(order: list[str]) -> None:
     lengths = {"a": 40, "b": 30, "c": 20, "d": 10}
     ms = [member(k, lengths[k]) for k in order]
-    assert split_component(ms, sim, 0.8, longest_then_authority, floor=0.7)[0][0] == "a"
-    got = {rep: sorted(k for k, _ in m) for rep, m in split_component(ms, sim, 0.8, longest_then_authority, floor=0.7)}
+    assert split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)[0][0] == "a"
+    got = {rep: sorted(k for k, _ in m) for rep, m in split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)}
     assert got == {"a": ["a", "b", "c"], "d": ["d"]}
 
 
@@ -169,3 +173,16 @@ def test_band_table_behaves_like_a_dict_of_sets(ops) -> None:
         return
     got = table.query(probe.reshape(-1, 1))
     assert got == [ref.get(int(k), set()) - dead for k in probe]
+
+
+def test_members_of_one_group_land_together() -> None:
+    """Exact copies share every similarity; the policy may pick any of them as the center."""
+    ms = [member("a1", 10), member("a2", 50), member("b", 40)]
+    groups = {"a1": "A", "a2": "A", "b": "B"}
+    sims = {("A", "B"): 0.85}
+
+    def group_sims(g: str, others: list[str]) -> list[float]:
+        return [1.0 if g == o else sims.get((g, o), sims.get((o, g), 0.0)) for o in others]
+
+    got = split_component(ms, lambda m: groups[m.key], group_sims, 0.8, longest_then_authority)
+    assert got == [("a2", [("a2", 1.0), ("a1", 1.0), ("b", 0.85)])]
