@@ -173,10 +173,13 @@ class DedupIndex:
         self.seed = seed
         self.bands: tuple[int, int] = lsh.choose_bands(self.threshold, num_perm)
         self.storage: Storage = _open_storage(storage, namespace)
-        stored = self.storage.load_meta()
-        if stored is None:
-            self.storage.save_meta(self._meta())
-        else:
+        # Under the lock: two workers opening a new shared namespace at once must not both write
+        # their parameters (the second would overwrite the first's unchecked).
+        with self.storage.lock():
+            stored = self.storage.load_meta()
+            if stored is None:
+                self.storage.save_meta(self._meta())
+        if stored is not None:
             self._check_meta(stored, where=repr(self.storage))
 
     # --- parameters -----------------------------------------------------------------------
@@ -602,10 +605,19 @@ class DedupIndex:
         if not canon:
             return []
         sets = shingle_hashes_many([canon], self.ngram, canonicalized=True)
-        (cands,) = self.storage.query_bands(self._band_keys(sets))
-        gids = sorted(cands)
+        band_keys = self._band_keys(sets)
+        for attempt in range(3):
+            (cands,) = self.storage.query_bands(band_keys)
+            gids = sorted(cands)
+            try:
+                found = self.storage.group_shingles(gids)
+                break
+            except KeyError:
+                # A shared store: another process removed a group between these two reads; ask again.
+                if not self.storage.shared or attempt == 2:
+                    raise
         scored = []
-        for gid, sh in zip(gids, self.storage.group_shingles(gids)):
+        for gid, sh in zip(gids, found):
             s = jaccard(sets[0], sh)
             if s >= self.threshold:
                 scored.append((gid, s))

@@ -1,0 +1,171 @@
+"""``DistinctRetriever``: top-k that holds k distinct pieces of evidence, not k copies of one.
+
+Deduplicating after retrieval leaves fewer than k passages whenever the top k held duplicates (and
+LlamaIndex's own id-based dedup silently does the same). ``DistinctRetriever`` wraps any retriever,
+over-fetches (``fetch_factor * top_k``, by setting the wrapped retriever's ``similarity_top_k``), collapses
+duplicates with a :class:`~rag_dedup.postprocessor.DedupPostprocessor`, and, while fewer than ``top_k``
+distinct passages remain, fetches again with twice the depth, until it holds ``top_k`` or the corpus
+runs out (the retriever returned fewer nodes than asked for) or ``max_fetch`` is reached.
+
+Example (run for real in ``examples/quickstart.py``)::
+
+    from llama_index.retrievers.bm25 import BM25Retriever
+    retriever = DistinctRetriever(BM25Retriever.from_defaults(nodes=nodes), top_k=10)
+    query_engine = RetrieverQueryEngine.from_args(retriever)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.postprocessor import DedupPostprocessor
+
+__all__ = ["DistinctRetriever"]
+
+
+def _corpus_size(retriever: BaseRetriever) -> int | None:
+    """How many nodes the retriever can return at most, when it tells (BM25Retriever keeps its corpus)."""
+    corpus = getattr(retriever, "corpus", None)
+    try:
+        return len(corpus) if corpus is not None else None  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+class DistinctRetriever(BaseRetriever):
+    """Wrap ``retriever`` so that it returns ``top_k`` distinct passages (see the module docstring).
+
+    Args:
+        retriever: Any LlamaIndex retriever. If it has a settable ``similarity_top_k`` (vector index,
+            BM25 and most others do), it is set for each fetch and restored afterwards; if not, its
+            own result is collapsed once.
+        top_k: How many distinct passages to return.
+        postprocessor: The collapse rules; its ``top_n`` is ignored. Defaults to
+            ``DedupPostprocessor(threshold=threshold, index=index, trust_clusters=False)``: no two
+            passages returned have Jaccard similarity at or above the threshold, clusters or not.
+        threshold: Passed to the default postprocessor (not with ``postprocessor``).
+        index: A ``DedupIndex`` for the default postprocessor (not with ``postprocessor``).
+        fetch_factor: The first fetch asks for ``ceil(fetch_factor * top_k)`` nodes (at least ``top_k``).
+        max_fetch: Never ask the wrapped retriever for more nodes than this.
+
+    Raises:
+        TypeError: ``retriever`` is not a ``BaseRetriever``, or ``postprocessor`` not a
+            ``DedupPostprocessor``.
+        ValueError: ``top_k`` < 1, ``fetch_factor`` < 1, ``max_fetch`` < ``top_k``, or both
+            ``postprocessor`` and ``threshold``/``index``.
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        top_k: int = 10,
+        postprocessor: DedupPostprocessor | None = None,
+        *,
+        threshold: float | None = None,
+        index: DedupIndex | None = None,
+        fetch_factor: float = 3.0,
+        max_fetch: int = 1000,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise TypeError(f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}")
+        for name, value in (("top_k", top_k), ("max_fetch", max_fetch)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be int, got {type(value).__name__}")
+        if top_k < 1:
+            raise ValueError(f"top_k ({top_k}) must be at least 1")
+        if max_fetch < top_k:
+            raise ValueError(
+                f"max_fetch ({max_fetch}) must be at least top_k ({top_k}); raise max_fetch or lower top_k"
+            )
+        if not isinstance(fetch_factor, (int, float)) or isinstance(fetch_factor, bool) or not fetch_factor >= 1.0:
+            raise ValueError(f"fetch_factor ({fetch_factor!r}) must be a number >= 1; 3 is the usual over-fetch")
+        if postprocessor is None:
+            # Texts are compared even between nodes with clusters: a cluster is split around its
+            # representative, so members of two clusters can still be within the threshold.
+            postprocessor = DedupPostprocessor(threshold=threshold, index=index, trust_clusters=False)
+        elif not isinstance(postprocessor, DedupPostprocessor):
+            raise TypeError(f"postprocessor must be a DedupPostprocessor, got {type(postprocessor).__name__}")
+        elif threshold is not None or index is not None:
+            raise ValueError("pass threshold and index to the DedupPostprocessor, or pass no postprocessor, not both")
+        self.retriever = retriever
+        self.top_k = top_k
+        self.fetch_factor = float(fetch_factor)
+        self.max_fetch = max_fetch
+        self._postprocessor = postprocessor
+        self._sets_top_k = hasattr(retriever, "similarity_top_k")
+        self._lock = threading.Lock()
+        self._alock: asyncio.Lock | None = None
+        #: Nodes asked of the wrapped retriever by the last query, one entry per fetch (for inspection).
+        self.last_fetches: list[int] = []
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def postprocessor(self) -> DedupPostprocessor:
+        """The postprocessor that decides what is a duplicate."""
+        return self._postprocessor
+
+    def _first_fetch(self) -> int:
+        cap = self._cap()
+        return min(max(self.top_k, math.ceil(self.fetch_factor * self.top_k)), cap)
+
+    def _cap(self) -> int:
+        size = _corpus_size(self.retriever)
+        return self.max_fetch if size is None else max(1, min(self.max_fetch, size))
+
+    @contextmanager
+    def _top_k_set(self, k: int) -> Iterator[None]:
+        if not self._sets_top_k:
+            yield
+            return
+        previous = self.retriever.similarity_top_k  # type: ignore[attr-defined]
+        self.retriever.similarity_top_k = k  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            self.retriever.similarity_top_k = previous  # type: ignore[attr-defined]
+
+    def _collapse(self, fetched: list[NodeWithScore], query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # All distinct nodes (the postprocessor's own top_n does not apply); top_k is applied by the caller.
+        return self._postprocessor.collapse(fetched)
+
+    def _done(self, k: int, fetched: int, distinct: int) -> bool:
+        """Stop when there are enough, the corpus ran out, or fetching deeper is not possible."""
+        return distinct >= self.top_k or fetched < k or not self._sets_top_k or k >= self._cap()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self.last_fetches = []
+        k = self._first_fetch()
+        while True:
+            with self._lock, self._top_k_set(k):
+                fetched = self.retriever.retrieve(query_bundle)
+            self.last_fetches.append(k)
+            distinct = self._collapse(fetched, query_bundle)
+            if self._done(k, len(fetched), len(distinct)):
+                return distinct[: self.top_k]
+            k = min(2 * k, self._cap())
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        self.last_fetches = []
+        k = self._first_fetch()
+        while True:
+            async with self._alock:
+                with self._top_k_set(k):
+                    fetched = await self.retriever.aretrieve(query_bundle)
+            self.last_fetches.append(k)
+            distinct = self._collapse(fetched, query_bundle)
+            if self._done(k, len(fetched), len(distinct)):
+                return distinct[: self.top_k]
+            k = min(2 * k, self._cap())

@@ -1,0 +1,425 @@
+"""DedupPostprocessor on real chunks of the shipped corpus, alone and inside real LlamaIndex query engines."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core import Document, SummaryIndex
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import ImageNode, MetadataMode, NodeRelationship, NodeWithScore, TextNode
+from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from rag_dedup.chunking import SentenceChunker
+from rag_dedup.index import DedupIndex
+from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
+from rag_dedup.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
+from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.transform import DedupTransform
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+def load_documents() -> list[Document]:
+    return [
+        Document(text=p.read_text(encoding="utf-8", errors="replace"), id_=p.relative_to(CORPUS).as_posix())
+        for p in sorted(CORPUS.rglob("*.txt"))
+    ]
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[Document]:
+    return load_documents()
+
+
+@pytest.fixture(scope="module")
+def chunks(documents: list[Document]) -> list[TextNode]:
+    return SentenceChunker().get_nodes_from_documents(documents)  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def distinct_texts(chunks: list[TextNode]) -> list[str]:
+    """Chunk texts of the corpus that are pairwise below the threshold (a pool to plant copies from)."""
+    pool: list[str] = []
+    sets: list[np.ndarray] = []
+    for node in chunks:
+        s = shingle_hashes(node.text)
+        if len(s) > 20 and all(jaccard(s, t) < 0.5 for t in sets):
+            pool.append(node.text)
+            sets.append(s)
+        if len(pool) == 40:
+            break
+    return pool
+
+
+def scored(texts: list[str], scores: list[float] | None = None, prefix: str = "n") -> list[NodeWithScore]:
+    scores = scores if scores is not None else [float(len(texts) - i) for i in range(len(texts))]
+    return [
+        NodeWithScore(node=TextNode(text=t, id_=f"{prefix}{i}"), score=s) for i, (t, s) in enumerate(zip(texts, scores))
+    ]
+
+
+def edited(text: str) -> str:
+    """A near-duplicate: the same passage with its last word replaced."""
+    words = text.split(" ")
+    return " ".join([*words[:-1], "changed"])
+
+
+def max_pairwise_jaccard(nodes: list[NodeWithScore]) -> float:
+    sets = [shingle_hashes(n.node.get_content()) for n in nodes]
+    return max((jaccard(a, b) for a, b in itertools.combinations(sets, 2)), default=0.0)
+
+
+# --- the contract, as properties over planted duplicates of real text --------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_kept_nodes_are_distinct_in_score_order_and_every_input_is_accounted_for(data, distinct_texts):
+    picks = data.draw(st.lists(st.integers(0, len(distinct_texts) - 1), min_size=1, max_size=30))
+    kinds = data.draw(st.lists(st.sampled_from(["same", "edited"]), min_size=len(picks), max_size=len(picks)))
+    texts = [distinct_texts[p] if k == "same" else edited(distinct_texts[p]) for p, k in zip(picks, kinds)]
+    scores = data.draw(st.lists(st.floats(0, 100), min_size=len(texts), max_size=len(texts)))
+    nodes = scored(texts, scores)
+    ids_in = [n.node_id for n in nodes]
+
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+
+    assert [n.score for n in kept] == sorted((n.score for n in kept), reverse=True)
+    assert max_pairwise_jaccard(kept) < 0.8
+    # Exactly the distinct planted passages survive: one per source text picked.
+    assert len(kept) == len(set(picks))
+    folded = [c["node_id"] for n in kept for c in n.node.metadata[DEDUP_COLLAPSED]]
+    assert sorted([n.node_id for n in kept] + folded) == sorted(ids_in)
+    # The kept node of a group is its best-scoring member.
+    score_of = {n.node_id: n.score for n in nodes}
+    for n in kept:
+        assert all(c["score"] <= n.score for c in n.node.metadata[DEDUP_COLLAPSED])
+        assert n.score == score_of[n.node_id]
+
+
+def test_remembered_shingles_never_change_the_result(chunks):
+    nodes = [
+        NodeWithScore(node=TextNode(text=n.text, id_=f"c{i}"), score=float(i % 7)) for i, n in enumerate(chunks[:120])
+    ]
+
+    def run(pp: DedupPostprocessor) -> list[tuple[str, list[str]]]:
+        kept = pp.postprocess_nodes([n.model_copy(deep=True) for n in nodes])
+        return [(n.node_id, [c["node_id"] for c in n.node.metadata[DEDUP_COLLAPSED]]) for n in kept]
+
+    uncached = run(DedupPostprocessor(cache_size=0))
+    cached = DedupPostprocessor(cache_size=50)
+    assert run(cached) == uncached  # cold
+    assert run(cached) == uncached  # partly warm, with evictions
+    cached.ngram = 3  # a changed setting must not reuse shingles made with the old one
+    assert run(cached) == run(DedupPostprocessor(cache_size=0, ngram=3))
+    assert len(cached._cache) <= 50  # bounded memory
+
+
+def test_empty_input_returns_empty_sync_and_async():
+    pp = DedupPostprocessor()
+    assert pp.postprocess_nodes([]) == []
+    assert asyncio.run(pp.apostprocess_nodes([])) == []
+
+
+def test_input_out_of_order_comes_back_in_score_order(distinct_texts):
+    nodes = scored(distinct_texts[:5], [1.0, 5.0, 3.0, 4.0, 2.0])
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.score for n in kept] == [5.0, 4.0, 3.0, 2.0, 1.0]
+
+
+def test_folded_nodes_are_cited_with_document_score_reason_and_similarity(distinct_texts):
+    base = distinct_texts[0]
+    nodes = [
+        NodeWithScore(node=TextNode(text=base, id_="a"), score=3.0),
+        NodeWithScore(node=TextNode(text="  " + base.upper() + "\n", id_="b"), score=2.0),
+        NodeWithScore(node=TextNode(text=edited(base), id_="c"), score=1.0),
+    ]
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["a"]
+    entries = {c["node_id"]: c for c in kept[0].node.metadata[DEDUP_COLLAPSED]}
+    assert entries["b"]["reason"] == "exact" and entries["b"]["similarity"] == 1.0 and entries["b"]["score"] == 2.0
+    assert entries["c"]["reason"] == "near" and 0.8 <= entries["c"]["similarity"] < 1.0
+    assert set(entries["c"]) == {"node_id", "ref_doc_id", "score", "reason", "similarity"}
+
+
+def test_collapsed_list_is_hidden_from_llm_and_embedding_text(distinct_texts):
+    nodes = scored([distinct_texts[0], distinct_texts[0]])
+    (kept,) = DedupPostprocessor().postprocess_nodes(nodes)
+    assert kept.node.metadata[DEDUP_COLLAPSED]
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+        assert "dedup" not in kept.node.get_content(metadata_mode=mode)
+
+
+def test_ref_doc_ids_of_folded_nodes_are_kept_for_citations(chunks):
+    # Byte-identical copyright files in the corpus give chunks with one text in different documents.
+    by_text: dict[str, list[TextNode]] = {}
+    for node in chunks:
+        by_text.setdefault(node.text, []).append(node)
+    copies = next(ns for ns in by_text.values() if len({n.ref_doc_id for n in ns}) >= 2)
+    nodes = [NodeWithScore(node=n, score=1.0) for n in copies]
+    (kept,) = DedupPostprocessor().postprocess_nodes(nodes)
+    cited = {kept.node.ref_doc_id} | {c["ref_doc_id"] for c in kept.node.metadata[DEDUP_COLLAPSED]}
+    assert cited == {n.ref_doc_id for n in copies}
+
+
+# --- clusters: stamps, the index, and text ------------------------------------------------------
+
+
+def test_stamped_nodes_collapse_to_one_per_cluster(documents):
+    nodes = DedupTransform()(SentenceChunker().get_nodes_from_documents(documents[:30]))
+    kept = DedupPostprocessor().postprocess_nodes([NodeWithScore(node=n, score=1.0) for n in nodes])
+    clusters = [n.node.metadata[DEDUP_CLUSTER] for n in kept]
+    assert len(clusters) == len(set(clusters)) == len({n.metadata[DEDUP_CLUSTER] for n in nodes})
+
+
+def test_index_clusters_override_stale_stamps(distinct_texts):
+    """Regression: stamps written at ingest go stale when a later, longer copy becomes the representative;
+    trusting them would return both copies."""
+    index = DedupIndex()
+    transform = DedupTransform(index=index)
+    short = TextNode(text=distinct_texts[0], id_="short")
+    longer = TextNode(text=distinct_texts[0] + " Copyright notice follows.", id_="longer")
+    transform([short])  # stamped as its own cluster
+    transform([longer])  # longer wins the cluster now; short's stamp still names "short"
+    assert short.metadata[DEDUP_CLUSTER] == "short" and longer.metadata[DEDUP_CLUSTER] == "longer"
+    nodes = [NodeWithScore(node=short, score=2.0), NodeWithScore(node=longer, score=1.0)]
+
+    stale = DedupPostprocessor().postprocess_nodes([n.model_copy(deep=True) for n in nodes])
+    current = DedupPostprocessor(index=index).postprocess_nodes(nodes)
+
+    assert len(stale) == 2
+    assert [n.node_id for n in current] == ["short"]
+    assert current[0].node.metadata[DEDUP_COLLAPSED][0]["reason"] == "cluster"
+
+
+def test_unstamped_copy_of_a_stamped_node_is_folded_by_text(distinct_texts):
+    stamped = TextNode(text=distinct_texts[1], id_="s", metadata={DEDUP_CLUSTER: "s", DEDUP_DUPLICATE_OF: None})
+    plain = TextNode(text=distinct_texts[1], id_="p")
+    other = TextNode(text=distinct_texts[2], id_="o")
+    nodes = [NodeWithScore(node=n, score=s) for n, s in [(stamped, 3.0), (plain, 2.0), (other, 1.0)]]
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["s", "o"]
+
+
+@pytest.mark.parametrize(
+    ("trust", "expected"),
+    [pytest.param(True, ["x", "y"], id="trust-clusters"), pytest.param(False, ["x"], id="compare-texts")],
+)
+def test_trust_clusters_decides_whether_clustered_texts_are_compared(distinct_texts, trust, expected):
+    x = TextNode(text=distinct_texts[3], id_="x", metadata={DEDUP_CLUSTER: "x"})
+    y = TextNode(text=distinct_texts[3], id_="y", metadata={DEDUP_CLUSTER: "y"})
+    kept = DedupPostprocessor(trust_clusters=trust).postprocess_nodes(
+        [NodeWithScore(node=x, score=2.0), NodeWithScore(node=y, score=1.0)]
+    )
+    assert [n.node_id for n in kept] == expected
+
+
+# --- nodes without text, top_n, which text is shown, overlapping windows ------------------------
+
+
+def test_nodes_without_text_pass_through_untouched_in_place(distinct_texts):
+    image = ImageNode(image_url="file:///figure.png", text="Figure 1", id_="img")
+    captioned_twin = ImageNode(image_url="file:///other.png", text="Figure 1", id_="img2")
+    empty = TextNode(text="   ", id_="empty")
+    nodes = [
+        NodeWithScore(node=TextNode(text=distinct_texts[0], id_="t0"), score=5.0),
+        NodeWithScore(node=image, score=4.0),
+        NodeWithScore(node=TextNode(text=distinct_texts[0], id_="t1"), score=3.0),
+        NodeWithScore(node=captioned_twin, score=2.5),
+        NodeWithScore(node=empty, score=2.0),
+    ]
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["t0", "img", "img2", "empty"]
+    assert kept[1] is nodes[1] and kept[2] is nodes[3] and kept[3] is nodes[4]
+    assert image.metadata == {} and empty.metadata == {}
+
+
+def test_top_n_keeps_the_best_distinct_nodes(distinct_texts):
+    texts = [distinct_texts[i // 2] for i in range(12)]  # six passages, each twice
+    kept = DedupPostprocessor(top_n=4).postprocess_nodes(scored(texts))
+    assert [n.node_id for n in kept] == ["n0", "n2", "n4", "n6"]
+
+
+def test_show_representative_uses_the_retrieved_representative_with_the_best_score(distinct_texts):
+    index = DedupIndex()
+    rep_text = distinct_texts[4] + " And a longer tail makes this copy the representative."
+    nodes = DedupTransform(index=index)(
+        [TextNode(text=distinct_texts[4], id_="copy"), TextNode(text=rep_text, id_="rep")]
+    )
+    assert index.resolve("copy") == "rep"
+    inputs = [NodeWithScore(node=nodes[0], score=9.0), NodeWithScore(node=nodes[1], score=1.0)]
+
+    best = DedupPostprocessor(index=index).postprocess_nodes([n.model_copy(deep=True) for n in inputs])
+    shown = DedupPostprocessor(index=index, show="representative").postprocess_nodes(inputs)
+
+    assert (best[0].node_id, best[0].score) == ("copy", 9.0)
+    assert (shown[0].node_id, shown[0].score, shown[0].node.text) == ("rep", 9.0, rep_text)
+    assert [c["node_id"] for c in shown[0].node.metadata[DEDUP_COLLAPSED]] == ["copy"]
+
+
+def test_show_representative_reads_an_unretrieved_representative_from_the_docstore(distinct_texts):
+    index = DedupIndex()
+    rep = TextNode(text=distinct_texts[5] + " With a longer tail.", id_="rep")
+    copy = TextNode(text=distinct_texts[5], id_="copy")
+    DedupTransform(index=index)([copy, rep])
+    docstore = SimpleDocumentStore()
+    docstore.add_documents([rep, copy])
+    pp = DedupPostprocessor(index=index, show="representative", docstore=docstore)
+    (kept,) = pp.postprocess_nodes([NodeWithScore(node=copy, score=2.0)])
+    assert (kept.node_id, kept.node.text, kept.score) == ("rep", rep.text, 2.0)
+    without_docstore = DedupPostprocessor(index=index, show="representative")
+    assert without_docstore.postprocess_nodes([NodeWithScore(node=copy, score=2.0)])[0].node_id == "copy"
+
+
+def test_merge_overlaps_joins_neighbour_windows_into_the_document_text(documents):
+    doc = next(d for d in documents if d.id_ == "licenses/GPL-3.txt")
+    windows = SentenceChunker().get_nodes_from_documents([doc])
+    at = next(i for i in range(len(windows) - 1) if windows[i].end_char_idx > windows[i + 1].start_char_idx)
+    first, second = windows[at], windows[at + 1]  # neighbours that share the chunker's overlap
+    third = next(w for w in windows[at + 2 :] if w.start_char_idx >= second.end_char_idx)
+    nodes = [NodeWithScore(node=n, score=s) for n, s in [(second, 3.0), (third, 2.0), (first, 1.0)]]
+
+    plain = DedupPostprocessor().postprocess_nodes([n.model_copy(deep=True) for n in nodes])
+    merged = DedupPostprocessor(merge_overlaps=True).postprocess_nodes(nodes)
+
+    assert len(plain) == 3
+    assert [n.node_id for n in merged] == [second.node_id, third.node_id]
+    joined = merged[0].node
+    assert (joined.start_char_idx, joined.end_char_idx) == (first.start_char_idx, second.end_char_idx)
+    assert joined.text == doc.text[first.start_char_idx : second.end_char_idx]
+    assert merged[0].score == 3.0
+    assert [(c["node_id"], c["reason"]) for c in joined.metadata[DEDUP_COLLAPSED]] == [(first.node_id, "overlap")]
+    assert second.text == doc.text[second.start_char_idx : second.end_char_idx]  # the input is not rewritten
+
+
+def test_merge_overlaps_refuses_windows_whose_positions_do_not_match_their_text(distinct_texts):
+    """Regression: splicing by positions that do not describe the text would invent a passage."""
+    source = {NodeRelationship.SOURCE: Document(text="unused", id_="d").as_related_node_info()}
+    a = TextNode(text=distinct_texts[6][:100], id_="a", start_char_idx=0, end_char_idx=100, relationships=source)
+    b = TextNode(text=distinct_texts[7][:100], id_="b", start_char_idx=50, end_char_idx=150, relationships=source)
+    kept = DedupPostprocessor(merge_overlaps=True).postprocess_nodes(
+        [NodeWithScore(node=a, score=2.0), NodeWithScore(node=b, score=1.0)]
+    )
+    assert [n.node.text for n in kept] == [a.text, b.text]
+
+
+# --- the fast text path equals the reference ----------------------------------------------------
+
+WHITESPACE = st.sampled_from([" ", "  ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\n\n\n", " \n "])
+WORD = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(WORD, WHITESPACE), max_size=40), st.sampled_from([1, 3, 5]))
+def test_query_shingles_equal_shingle_hashes_value_for_value(parts, ngram):
+    text = "".join(w + s for w, s in parts)
+    non_ascii = "Ünïcode\u00a0spaces\u200bhere " + text
+    for t in (text, non_ascii):
+        (fast,) = query_shingles([t], ngram)
+        assert np.array_equal(fast, shingle_hashes(t, ngram))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 60), max_size=40), min_size=1, max_size=8))
+def test_jaccard_matrix_equals_pairwise_jaccard(raw_sets):
+    sets = [np.unique(np.array(s, dtype=np.uint32)) for s in raw_sets]
+    m = jaccard_matrix(sets)
+    for i, j in itertools.product(range(len(sets)), repeat=2):
+        assert m[i, j] == pytest.approx(jaccard(sets[i], sets[j]), abs=1e-12)
+
+
+def test_jaccard_matrix_on_real_chunks_is_symmetric_with_unit_diagonal(chunks):
+    sets = query_shingles([n.text for n in chunks[:50]])
+    m = jaccard_matrix(sets)
+    assert np.array_equal(m, m.T)
+    assert np.all(np.diag(m) == 1.0)
+
+
+# --- construction and serialisation --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        pytest.param({"threshold": 0.0}, ValueError, id="threshold-zero"),
+        pytest.param({"threshold": 1.5}, ValueError, id="threshold-above-one"),
+        pytest.param({"top_n": 0}, ValueError, id="top-n-zero"),
+        pytest.param({"show": "first"}, ValueError, id="unknown-show"),
+        pytest.param({"ngram": 0}, ValueError, id="ngram-zero"),
+        pytest.param({"index": {"not": "an index"}}, TypeError, id="index-type"),
+        pytest.param({"docstore": "docstore.json"}, TypeError, id="docstore-type"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, error):
+    with pytest.raises(error):
+        DedupPostprocessor(**kwargs)
+
+
+def test_bad_assignment_is_refused():
+    pp = DedupPostprocessor()
+    with pytest.raises(ValueError, match="threshold"):
+        pp.threshold = 2.0
+
+
+def test_threshold_and_ngram_default_to_the_index():
+    pp = DedupPostprocessor(index=DedupIndex(threshold=0.9, ngram=3))
+    assert (pp.threshold, pp.ngram) == (0.9, 3)
+
+
+def test_serialises_like_other_components():
+    pp = DedupPostprocessor(threshold=0.7, top_n=5, show="representative", merge_overlaps=True)
+    data = pp.to_dict()
+    assert data["class_name"] == "DedupPostprocessor"
+    again = DedupPostprocessor.from_dict(data)
+    assert again.to_dict() == data
+    assert DedupPostprocessor.from_json(pp.to_json()).to_dict() == data
+
+
+# --- inside real query engines ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bm25(chunks) -> BM25Retriever:
+    return BM25Retriever.from_defaults(nodes=chunks, similarity_top_k=30)
+
+
+QUERIES = [
+    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
+    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
+    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
+]
+
+
+@pytest.mark.parametrize("query", [pytest.param(q, id=q.split()[0].lower() + str(i)) for i, q in enumerate(QUERIES)])
+def test_retriever_query_engine_synthesizes_from_distinct_sources(bm25, query):
+    engine = RetrieverQueryEngine.from_args(
+        bm25, llm=MockLLM(max_tokens=32), node_postprocessors=[DedupPostprocessor(top_n=10)]
+    )
+    response = engine.query(query)
+    sources = response.source_nodes
+    raw = bm25.retrieve(query)
+    distinct_in_top_30 = DedupPostprocessor().postprocess_nodes(bm25.retrieve(query))
+    assert len(sources) == min(10, len(distinct_in_top_30)) >= 5
+    assert max_pairwise_jaccard(sources) < 0.8
+    assert [n.score for n in sources] == sorted((n.score for n in sources), reverse=True)
+    assert max_pairwise_jaccard(raw[:10]) >= 0.8  # the query does retrieve duplicates without the postprocessor
+    async_response = asyncio.run(engine.aquery(query))
+    assert [n.node_id for n in async_response.source_nodes] == [n.node_id for n in sources]
+
+
+def test_as_query_engine_of_an_index_collapses_its_copies(documents):
+    copies = [d for d in documents if d.id_.startswith("licenses/")][:2]
+    docs = copies + [Document(text=d.text, id_=d.id_ + "-mirror") for d in copies]
+    nodes = SentenceChunker().get_nodes_from_documents(docs)
+    engine = SummaryIndex(nodes).as_query_engine(llm=MockLLM(max_tokens=32), node_postprocessors=[DedupPostprocessor()])
+    response = engine.query("What does the licence permit?")
+    assert len(response.source_nodes) == len(nodes) // 2
+    assert max_pairwise_jaccard(response.source_nodes) < 0.8

@@ -1,0 +1,204 @@
+"""DistinctRetriever over a real BM25 retriever on the shipped corpus: k distinct passages, refilled."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+from llama_index.core import Document
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from rag_dedup.chunking import SentenceChunker
+from rag_dedup.postprocessor import DedupPostprocessor
+from rag_dedup.retriever import DistinctRetriever
+from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.transform import DedupTransform
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+# Boilerplate that the corpus restates many times (licence grants, warranty disclaimers, notices).
+QUERIES = [
+    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
+    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
+    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
+    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
+    "Redistributions of source code must retain the above copyright notice, this list of conditions",
+    "On Debian systems, the complete text of the GNU General Public License can be found in /usr/share/common-licenses",
+    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
+    "This program is distributed in the hope that it will be useful, but WITHOUT ANY WARRANTY",
+    "You should have received a copy of the GNU Lesser General Public License along with this library",
+    "Permission to use, copy, modify, and distribute this software and its documentation for any purpose",
+    "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
+    "neither the name of the copyright holder nor the names of its contributors may be used to endorse",
+]
+
+
+def distinct_evidence_ratio(nodes: list[NodeWithScore], k: int = 10, threshold: float = 0.8) -> float:
+    """Size of the greedy set of the first k passages with pairwise Jaccard < threshold, divided by k."""
+    kept: list = []
+    for n in nodes[:k]:
+        s = shingle_hashes(n.node.get_content())
+        if all(jaccard(s, t) < threshold for t in kept):
+            kept.append(s)
+    return len(kept) / k
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[Document]:
+    return [
+        Document(text=p.read_text(encoding="utf-8", errors="replace"), id_=p.relative_to(CORPUS).as_posix())
+        for p in sorted(CORPUS.rglob("*.txt"))
+    ]
+
+
+@pytest.fixture(scope="module")
+def chunks(documents) -> list[TextNode]:
+    return SentenceChunker().get_nodes_from_documents(documents)  # type: ignore[return-value]
+
+
+def bm25(nodes, k: int = 10) -> BM25Retriever:
+    return BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=k)
+
+
+def test_distinct_retriever_top_10_is_distinct_evidence(chunks):
+    baseline = bm25(chunks, 10)
+    overfetch = bm25(chunks, 30)
+    postprocessor = DedupPostprocessor(top_n=10)
+    distinct = DistinctRetriever(bm25(chunks, 10), top_k=10)
+
+    ratios = {"baseline": [], "postprocessor_3x": [], "distinct_retriever": []}
+    for query in QUERIES:
+        ratios["baseline"].append(distinct_evidence_ratio(baseline.retrieve(query)))
+        ratios["postprocessor_3x"].append(
+            distinct_evidence_ratio(postprocessor.postprocess_nodes(overfetch.retrieve(query)))
+        )
+        got = distinct.retrieve(query)
+        assert len(got) == 10
+        ratios["distinct_retriever"].append(distinct_evidence_ratio(got))
+    mean = {name: sum(r) / len(r) for name, r in ratios.items()}
+
+    assert mean["distinct_retriever"] >= 0.98, mean
+    assert mean["baseline"] < 0.98, mean  # the corpus does put duplicates into the plain top 10
+    assert mean["distinct_retriever"] >= mean["postprocessor_3x"] >= mean["baseline"], mean
+
+
+def test_no_two_passages_are_near_duplicates_even_across_ingest_clusters(chunks):
+    """Regression: trusting ingest clusters alone let two members of different clusters (a cluster is split
+    around its representative, so a chain A~B~C ends in two clusters) through as distinct passages."""
+    stamped = DedupTransform()([n.model_copy(deep=True) for n in chunks])
+    retriever = DistinctRetriever(bm25(stamped, 10), top_k=10)
+    for query in QUERIES:
+        sets = [shingle_hashes(n.node.get_content()) for n in retriever.retrieve(query)]
+        assert max(jaccard(a, b) for a, b in itertools.combinations(sets, 2)) < 0.8, query
+
+
+def test_refills_when_three_times_over_fetch_is_not_enough(documents):
+    """Regression: collapsing a fixed over-fetch returns fewer than top_k when copies crowd the top."""
+    licences = [d for d in documents if d.id_.startswith("licenses/")]
+    mirrors = [Document(text=d.text, id_=f"{d.id_}#mirror{m}") for d in licences for m in range(4)]
+    nodes = SentenceChunker().get_nodes_from_documents(licences + mirrors)
+    query = "THIS SOFTWARE IS PROVIDED AS IS WITHOUT WARRANTY; IN NO EVENT SHALL THE COPYRIGHT HOLDER BE LIABLE"
+
+    collapsed_overfetch = DedupPostprocessor(top_n=10).postprocess_nodes(bm25(nodes, 30).retrieve(query))
+    retriever = DistinctRetriever(bm25(nodes, 10), top_k=10)
+    got = retriever.retrieve(query)
+
+    assert len(collapsed_overfetch) < 10
+    assert len(got) == 10 and distinct_evidence_ratio(got) == 1.0
+    assert retriever.last_fetches[0] == 30 and len(retriever.last_fetches) > 1
+    assert retriever.retriever.similarity_top_k == 10  # restored
+
+
+def test_stops_when_the_corpus_runs_out(distinct_texts_small):
+    nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(distinct_texts_small)]
+    retriever = DistinctRetriever(bm25(nodes, 3), top_k=10)
+    got = retriever.retrieve("copyright license software")
+    assert sorted(n.node.text for n in got) == sorted(set(distinct_texts_small))
+    assert retriever.last_fetches == [len(nodes)]  # capped at the corpus size, fetched once
+
+
+@pytest.fixture()
+def distinct_texts_small(chunks) -> list[str]:
+    a, b, c = chunks[0].text, chunks[40].text, chunks[80].text
+    return [a, a, b, c, c]
+
+
+def test_async_path_returns_what_the_sync_path_returns(chunks):
+    retriever = DistinctRetriever(bm25(chunks, 10), top_k=10)
+    for query in QUERIES[:3]:
+        sync = [(n.node_id, n.score) for n in retriever.retrieve(query)]
+        async_ = [(n.node_id, n.score) for n in asyncio.run(retriever.aretrieve(query))]
+        assert async_ == sync
+
+
+class FixedListRetriever(BaseRetriever):
+    """A retriever without similarity_top_k: returns its nodes, best first (a real, minimal retriever)."""
+
+    def __init__(self, nodes: list[TextNode]) -> None:
+        self.nodes = nodes
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [NodeWithScore(node=n, score=float(len(self.nodes) - i)) for i, n in enumerate(self.nodes)]
+
+
+def test_a_retriever_without_top_k_is_fetched_once_and_collapsed(chunks):
+    nodes = [TextNode(text=chunks[i // 2].text, id_=f"n{i}") for i in range(8)]  # four passages, twice each
+    retriever = DistinctRetriever(FixedListRetriever(nodes), top_k=3)
+    got = retriever.retrieve("anything")
+    assert [n.node_id for n in got] == ["n0", "n2", "n4"]
+    assert len(retriever.last_fetches) == 1
+
+
+class FailingRetriever(BM25Retriever):
+    """Failure injection: a BM25 retriever whose retrieval raises."""
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        raise ConnectionError("backend went away")
+
+
+def test_top_k_of_the_wrapped_retriever_is_restored_after_a_failure(chunks):
+    """Regression: an exception during the over-fetch must not leave the wrapped retriever at the larger k."""
+    inner = FailingRetriever(nodes=chunks[:50], similarity_top_k=7)
+    retriever = DistinctRetriever(inner, top_k=5)
+    with pytest.raises(ConnectionError):
+        retriever.retrieve("copyright")
+    assert inner.similarity_top_k == 7
+
+
+def test_query_engine_over_the_distinct_retriever(chunks):
+    engine = RetrieverQueryEngine.from_args(DistinctRetriever(bm25(chunks, 10), top_k=10), llm=MockLLM(max_tokens=32))
+    response = engine.query(QUERIES[1])
+    sources = response.source_nodes
+    assert len(sources) == 10
+    sets = [shingle_hashes(n.node.get_content()) for n in sources]
+    assert max(jaccard(a, b) for a, b in itertools.combinations(sets, 2)) < 0.8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        pytest.param({"top_k": 0}, ValueError, id="top-k-zero"),
+        pytest.param({"top_k": 2.5}, TypeError, id="top-k-float"),
+        pytest.param({"fetch_factor": 0.5}, ValueError, id="fetch-factor-below-one"),
+        pytest.param({"top_k": 10, "max_fetch": 5}, ValueError, id="max-fetch-below-top-k"),
+        pytest.param(
+            {"postprocessor": DedupPostprocessor(), "threshold": 0.9}, ValueError, id="postprocessor-and-threshold"
+        ),
+        pytest.param({"postprocessor": "dedup"}, TypeError, id="postprocessor-type"),
+    ],
+)
+def test_bad_arguments_are_refused(chunks, kwargs, error):
+    with pytest.raises(error):
+        DistinctRetriever(bm25(chunks[:20], 5), **kwargs)
+
+
+def test_wrapping_something_that_is_not_a_retriever_is_refused():
+    with pytest.raises(TypeError, match="BaseRetriever"):
+        DistinctRetriever(["not", "a", "retriever"], top_k=3)  # type: ignore[arg-type]
