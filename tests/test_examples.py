@@ -30,3 +30,20 @@ def test_quickstart_dedups_at_ingest_and_at_query_time() -> None:
 @pytest.mark.parametrize("script", ["vector_index.py"])
 def test_other_examples_run(script: str) -> None:
     assert run(script).strip()
+
+
+def readme_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = text.split("```python\n")[1:]
+    return [b.split("```", 1)[0] for b in blocks if b.startswith("from rag_dedup import DedupIndex")]
+
+
+@pytest.mark.parametrize("block", readme_blocks(), ids=lambda b: b.splitlines()[0][:40])
+def test_readme_code_runs(block: str, tmp_path: Path) -> None:
+    """The README's self-contained examples are executed, so they cannot drift from the code."""
+    code = block.replace("/tmp/dedup-index", str(tmp_path / "dedup-index"))
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_readme_has_runnable_examples() -> None:
+    assert readme_blocks()
