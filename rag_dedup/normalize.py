@@ -55,15 +55,8 @@ def canonical(text: str) -> str:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     if text.isascii():
         return _fold_whitespace(text.encode("ascii")).lower().decode("ascii")
-    text = unicodedata.normalize("NFKC", text)
-    for ch in _INVISIBLE:
-        if ch in text:
-            text = text.replace(ch, "")
-    for ch in _WIDE_SPACES:
-        if ch in text:
-            text = text.replace(ch, " ")
     # casefold() neither makes nor removes whitespace, so doing it before the folding is the same.
-    return _fold_whitespace(text.casefold().encode("utf-8")).decode("utf-8")
+    return _fold_whitespace(_fold_unicode(text).encode("utf-8")).decode("utf-8")
 
 
 def token_form(text: str) -> str:
@@ -80,6 +73,11 @@ def token_form(text: str) -> str:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     if text.isascii():
         return text.lower()
+    return _fold_unicode(text)
+
+
+def _fold_unicode(text: str) -> str:
+    """NFKC, invisible characters removed, the whitespace NFKC leaves alone to a space, casefold."""
     text = unicodedata.normalize("NFKC", text)
     for ch in _INVISIBLE:
         if ch in text:
