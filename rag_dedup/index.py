@@ -369,13 +369,16 @@ class DedupIndex:
         involved = list(dict.fromkeys([*touched, *others]))
         component = dict(zip(involved, storage.component_members(involved)))
         uf: UnionFind[int] = UnionFind()
+        known: dict[tuple[int, int], float] = {}  # Jaccard of verified pairs, reused when clustering
         for g in involved:
             uf.add(min(component[g]))
         for g in sorted(candidates):
             for c in sorted(candidates[g]):
                 if c == g or uf.find(min(component[g])) == uf.find(min(component[c])):
                     continue
-                if jaccard(shingles[g], shingles[c]) >= self.threshold:
+                s = jaccard(shingles[g], shingles[c])
+                known[(g, c)] = known[(c, g)] = s
+                if s >= self.threshold:
                     uf.union(min(component[g]), min(component[c]))
         merged: dict[int, set[int]] = {}
         for g in involved:
@@ -401,7 +404,7 @@ class DedupIndex:
                     keys.extend(placed[0])
                     clusters.extend(placed[1])
                     continue
-            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
+            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles, known)
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         if keys:
@@ -441,7 +444,9 @@ class DedupIndex:
             updates[rep].extend((k, sim) for k in new)
         return [k for members in updates.values() for k, _ in members], list(updates.items())
 
-    def _cluster_component(self, gids: Sequence[int], shingles: dict[int, np.ndarray]) -> tuple[list[str], list[ClusterEntry]]:
+    def _cluster_component(
+        self, gids: Sequence[int], shingles: dict[int, np.ndarray], known: Mapping[tuple[int, int], float] | None = None
+    ) -> tuple[list[str], list[ClusterEntry]]:
         """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.split_component`)."""
         storage = self.storage
         missing = [g for g in gids if g not in shingles]
@@ -454,7 +459,9 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
-        def similarities(g: int, others: Sequence[int]) -> np.ndarray:
+        def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
+            if known is not None and all((g, o) in known for o in others):
+                return [known[(g, o)] for o in others]
             return jaccard_many(shingles[g], [shingles[o] for o in others])
 
         group_of = gid_of.__getitem__

@@ -177,21 +177,62 @@ def _canonical_bytes(
     return values[keep], np.concatenate(([0], np.cumsum(sizes)))
 
 
+def _digests(
+    joined: bytes,
+    buf: np.ndarray,
+    is_word: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    text_of_word: np.ndarray,
+    words_per_text: np.ndarray,
+    first_word: np.ndarray,
+    text_starts: np.ndarray,
+) -> list[bytes | None]:
+    """The 16-byte BLAKE2b digest of each text's canonical form (None for a text with no words).
+
+    Where every gap between a text's words is one space, its canonical form is simply the bytes from
+    its first word to its last; the other texts go through :func:`_canonical_bytes`.
+    """
+    same_text = text_of_word[1:] == text_of_word[:-1]
+    gap_start, gap_end = ends[:-1][same_text], starts[1:][same_text]
+    irregular = (gap_end - gap_start != 1) | (buf[gap_start] != 32)
+    has_irregular = np.zeros(len(text_starts), dtype=bool)
+    has_irregular[text_of_word[:-1][same_text][irregular]] = True
+    rebuilt = None
+    if has_irregular.any():
+        kept, offsets = _canonical_bytes(buf, is_word, starts, ends, same_text, text_starts)
+        rebuilt = (kept, offsets.tolist())
+    if len(starts):
+        first = starts[np.minimum(first_word, len(starts) - 1)].tolist()
+        last = ends[np.clip(first_word + words_per_text - 1, 0, len(ends) - 1)].tolist()
+    else:
+        first = last = [0] * len(text_starts)
+    out: list[bytes | None] = []
+    for i, (n, a, b, odd) in enumerate(zip(words_per_text.tolist(), first, last, has_irregular.tolist())):
+        if n == 0:
+            out.append(None)
+        elif odd and rebuilt is not None:
+            kept, offsets = rebuilt
+            out.append(blake2b(kept[offsets[i] : offsets[i + 1]].tobytes(), digest_size=16).digest())
+        else:
+            out.append(blake2b(joined[a:b], digest_size=16).digest())
+    return out
+
+
 def _hash_piece(texts: Sequence[str], ngram: int, digests: list[bytes | None] | None = None) -> list[np.ndarray]:
     """Shingle hashes of token-form texts, joined into one buffer; with ``digests``, also append the
     16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
     encoded = [t.encode("utf-8") for t in texts]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
-    buf = np.frombuffer(b"\n".join(encoded), dtype=np.uint8)
+    joined = b"\n".join(encoded)
+    buf = np.frombuffer(joined, dtype=np.uint8)
     is_word, starts, ends, words = _words(buf)
     text_of_word = np.searchsorted(text_starts, starts, side="right") - 1
     words_per_text = np.bincount(text_of_word, minlength=len(texts))
     first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
     if digests is not None:
-        kept, offsets = _canonical_bytes(buf, is_word, starts, ends, text_of_word[1:] == text_of_word[:-1], text_starts)
-        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-            digests.append(blake2b(kept[a:b].tobytes(), digest_size=16).digest() if b > a else None)
+        digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):
