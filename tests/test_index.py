@@ -324,3 +324,21 @@ def test_exact_copies_added_later_match_a_build_from_scratch(seed: int) -> None:
     keys = [it["key"] for it in items]
     assert index.matches(keys) == reference.matches(keys)
     assert sorted(index.clusters()) == sorted(reference.clusters())
+
+
+def test_add_many_restores_the_garbage_collector() -> None:
+    import gc
+
+    index = DedupIndex()
+    assert gc.isenabled()
+    index.add_many(list(chunks())[:10])
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        index.add_many([("k", None)])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        index.add_many(list(chunks())[10:20])
+        assert not gc.isenabled()  # a caller's own choice is left alone
+    finally:
+        gc.enable()

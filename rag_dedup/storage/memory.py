@@ -51,13 +51,13 @@ class _Run:
         for keys, gids in ((self.main_keys, self.main_gids), (self.young_keys, self.young_gids)):
             if len(keys) == 0:
                 continue
-            lo = np.searchsorted(keys, needles, side="left")
+            lo = keys.searchsorted(needles, side="left")
             found = lo < len(keys)
             found[found] = keys[lo[found]] == needles[found]
             hits = np.flatnonzero(found)
             if len(hits) == 0:
                 continue
-            hi = np.searchsorted(keys, needles[hits], side="right")
+            hi = keys.searchsorted(needles[hits], side="right")
             c = hi - lo[hits]
             starts = np.repeat(lo[hits] - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
             idx_parts.append(np.repeat(hits, c))
