@@ -78,30 +78,40 @@ class MinHasher:
         An empty set's row is all :data:`EMPTY_VALUE`.
         """
         out = np.full((len(sets), self.num_perm), EMPTY_VALUE, dtype=np.uint32)
-        block: list[int] = []
-        size = 0
-        for i, s in enumerate(sets):
-            if len(s) == 0:
+        sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
+        rows = np.flatnonzero(sizes)
+        if len(rows) == 0:
+            return out
+        # All shingles pre-mixed at once; then blocks of whole sets, cut where the running size
+        # passes a multiple of the block size.
+        mixed = _fmix32(np.concatenate([sets[i] for i in rows.tolist()]).astype(np.uint32, copy=False))
+        ends = np.cumsum(sizes[rows])
+        starts = ends - sizes[rows]
+        cuts = np.flatnonzero(np.diff(ends // _BLOCK_SHINGLES, prepend=0)) + 1
+        bounds = [0, *cuts.tolist()]
+        if bounds[-1] != len(rows):
+            bounds.append(len(rows))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            first, last = int(starts[lo]), int(ends[hi - 1])
+            if hi - lo == 1 and last - first > _BLOCK_SHINGLES:
+                # One large set (a whole long document): minimum over column slices of bounded size.
+                for a in range(first, last, _BLOCK_SHINGLES):
+                    part = self._permute(mixed[a : min(a + _BLOCK_SHINGLES, last)]).min(axis=1)
+                    np.minimum(out[rows[lo]], part, out=out[rows[lo]])
                 continue
-            block.append(i)
-            size += len(s)
-            if size >= _BLOCK_SHINGLES:
-                self._fill(sets, block, out)
-                block, size = [], 0
-        if block:
-            self._fill(sets, block, out)
+            permuted = self._permute(mixed[first:last])
+            out[rows[lo:hi]] = np.minimum.reduceat(permuted, starts[lo:hi] - first, axis=1).T
         return out
 
-    def _fill(self, sets: Sequence[np.ndarray], rows: list[int], out: np.ndarray) -> None:
-        parts = [sets[i] for i in rows]
-        offsets = np.zeros(len(parts), dtype=np.int64)
-        np.cumsum([len(p) for p in parts[:-1]], out=offsets[1:])
-        h = _fmix32(np.concatenate(parts).astype(np.uint32, copy=False))
-        # (num_perm, shingles) layout: each permutation's row is contiguous, and reduceat along the
-        # rows is several times faster than along the columns of the transposed matrix.
-        permuted = np.multiply.outer(self._a, h)
+    def _permute(self, mixed: np.ndarray) -> np.ndarray:
+        """``a_k * h + b_k mod 2^32`` for every permutation k (rows) and pre-mixed hash h (columns).
+
+        The (num_perm, shingles) layout keeps each permutation's row contiguous: reducing along rows
+        is several times faster than along the columns of the transposed matrix.
+        """
+        permuted = np.multiply.outer(self._a, mixed)
         permuted += self._b[:, None]
-        out[rows] = np.minimum.reduceat(permuted, offsets, axis=1).T
+        return permuted
 
 
 def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:

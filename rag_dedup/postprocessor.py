@@ -50,7 +50,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.index import DedupIndex
 from rag_dedup.metadata import DEDUP_COLLAPSED, collapsed_entry, dedup_text, hide_keys, read_cluster
-from rag_dedup.normalize import canonical
+from rag_dedup.normalize import token_form
 from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes_many
 
 __all__ = ["DedupPostprocessor", "jaccard_matrix", "query_shingles"]
@@ -66,13 +66,12 @@ _COLLAPSED_ONLY = (DEDUP_COLLAPSED,)
 
 
 def _normalize(text: str) -> str:
-    """``canonical(text)`` with line breaks as spaces: a form whose shingles equal ``shingle_hashes(text)``.
+    """:func:`~rag_dedup.normalize.token_form`: a form whose shingles equal ``shingle_hashes(text)``.
 
-    For an ASCII text that is ``" ".join(text.split()).lower()`` (NFKC and the invisible characters
-    ``canonical`` removes only concern non-ASCII text), several times cheaper than the full path; and
-    texts that differ only in spacing or line breaks get one form, so they are shingled once.
+    It has the words of ``canonical(text)`` (whitespace is left unfolded, the shingling reads words
+    only); for an ASCII text it is a single ``lower()``, several times cheaper than folding whitespace.
     """
-    return " ".join(text.split()).lower() if text.isascii() else " ".join(canonical(text).split())
+    return token_form(text)
 
 
 def query_shingles(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> list[np.ndarray]:

@@ -245,3 +245,13 @@ def test_bulk_digest_on_real_documents_with_crlf() -> None:
     _, digests = shingles_and_digests(texts)
     assert digests == [canonical_digest(t) for t in texts]
     assert digests[:10] == digests[10:]  # CRLF and LF files are the same canonical text
+
+
+def test_signature_of_a_long_document_equals_datasketch() -> None:
+    """A set larger than one permutation block is reduced in slices, with the same result."""
+    sets = shingle_hashes_many([" ".join(documents().values()), "a b c d e f", ""])
+    assert len(sets[0]) > 4096
+    sigs = MinHasher(128).signatures(sets)
+    assert np.array_equal(sigs[0], reference_signature(sets[0]))
+    assert np.array_equal(sigs[1], reference_signature(sets[1]))
+    assert (sigs[2] == EMPTY_VALUE).all()
