@@ -9,7 +9,7 @@ Exit codes: 0 success; 2 bad usage or input (missing path, no readable files, a 
 all the work is done, each through a temporary file renamed into place, so an interrupted run leaves
 no half-written report or index behind.
 
-Reading: a folder is read recursively (hidden files and folders skipped). By default the files
+Reading (the readers are in :mod:`rag_dedup.readers`): a folder is read recursively (hidden files and folders skipped). By default the files
 matching ``*.txt *.md *.rst *.html *.htm *.json *.pdf`` are read; ``--glob`` replaces that list and
 ``--exclude`` removes matches (patterns are matched against the path relative to the folder and
 against the file name). HTML is reduced to its text; JSON to its string values that contain prose;
@@ -24,16 +24,16 @@ import contextlib
 import fnmatch
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import IO, Any, NoReturn
+
+from rag_dedup.readers import make_readers, pdf_reader_available
 
 __all__ = ["main"]
 
@@ -54,121 +54,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would print usage and sys.exit(2)
         raise UsageError(f"{message} (see: {self.prog} --help)")
-
-
-# --- readers -------------------------------------------------------------------------------------------
-
-
-def _reader_base() -> type:
-    from llama_index.core.readers.base import BaseReader
-
-    return BaseReader
-
-
-class _HTMLText(HTMLParser):
-    """Collects the visible text of an HTML page: no script, style or head; blocks become lines."""
-
-    _SKIP = {"script", "style", "head", "noscript", "template", "svg"}
-    _BLOCK = {"p", "div", "br", "li", "ul", "ol", "dl", "dt", "dd", "tr", "table", "section", "article",
-              "header", "footer", "nav", "aside", "main", "pre", "blockquote", "hr", "title",
-              "h1", "h2", "h3", "h4", "h5", "h6", "details", "summary", "figure", "figcaption"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skip = 0
-        self._pre = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self._SKIP:
-            self._skip += 1
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n" if tag in {"p", "pre", "h1", "h2", "h3", "h4", "h5", "h6"} else "\n")
-        if tag == "pre":
-            self._pre += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP:
-            self._skip = max(0, self._skip - 1)
-        elif tag in self._BLOCK:
-            self.parts.append("\n")
-        if tag == "pre":
-            self._pre = max(0, self._pre - 1)
-
-    def handle_data(self, data: str) -> None:
-        if self._skip:
-            return
-        self.parts.append(data if self._pre else re.sub(r"\s+", " ", data))
-
-    def text(self) -> str:
-        text = "".join(self.parts)
-        text = re.sub(r"[ \t]*\n[ \t]*", "\n", text)
-        return re.sub(r"\n{3,}", "\n\n", text).strip()
-
-
-def html_to_text(markup: str) -> str:
-    """The visible text of an HTML document or fragment (stdlib parser; tolerant of bad markup)."""
-    parser = _HTMLText()
-    parser.feed(markup)
-    parser.close()
-    return parser.text()
-
-
-def _json_prose(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        if " " in value.strip():
-            out.append(html_to_text(value) if "<" in value and ">" in value else value.strip())
-    elif isinstance(value, dict):
-        for v in value.values():
-            _json_prose(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _json_prose(v, out)
-
-
-def json_to_text(raw: str) -> str:
-    """The prose in a JSON document: string values containing a space, in order, one per paragraph.
-
-    HTML inside those strings is reduced to its text. Raises ``ValueError`` for invalid JSON.
-    """
-    out: list[str] = []
-    _json_prose(json.loads(raw), out)
-    return "\n\n".join(s for s in out if s)
-
-
-def _make_readers() -> dict[str, Any]:
-    """File extractors for SimpleDirectoryReader: plain text, HTML and JSON read strictly as UTF-8."""
-    from llama_index.core.schema import Document
-
-    base = _reader_base()
-
-    class TextFileReader(base):  # type: ignore[misc, valid-type]
-        """Reads a file as UTF-8 text (strict: a decoding error skips the file)."""
-
-        convert = staticmethod(lambda s: s)
-
-        def load_data(self, file: Path, extra_info: dict | None = None, **_: Any) -> list[Document]:
-            raw = Path(file).read_bytes().decode("utf-8")
-            return [Document(text=self.convert(raw), metadata=dict(extra_info or {}))]
-
-    class HTMLFileReader(TextFileReader):
-        convert = staticmethod(html_to_text)
-
-    class JSONFileReader(TextFileReader):
-        convert = staticmethod(json_to_text)
-
-    plain, htm, js = TextFileReader(), HTMLFileReader(), JSONFileReader()
-    return {".txt": plain, ".md": plain, ".rst": plain, ".text": plain, ".markdown": plain,
-            ".html": htm, ".htm": htm, ".json": js}
-
-
-def _pdf_reader_available() -> bool:
-    try:
-        import pypdf  # noqa: F401
-        from llama_index.readers.file import PDFReader  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # --- the corpus ----------------------------------------------------------------------------------------
@@ -237,8 +122,8 @@ def read_corpus(path: Path, globs: Sequence[str] = DEFAULT_GLOBS, excludes: Sequ
             + (f" outside {' '.join(excludes)}" if excludes else "")
             + " (use --glob to choose files)"
         )
-    extractors = _make_readers()
-    pdf_ok = _pdf_reader_available()
+    extractors = make_readers()
+    pdf_ok = pdf_reader_available()
     corpus = Corpus(root=root, files=len(files))
 
     def skip(rel: str, reason: str) -> None:

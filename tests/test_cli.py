@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rag_dedup import cli
-from rag_dedup.cli import html_to_text, json_to_text, main, side_by_side
+from rag_dedup.cli import main, side_by_side
+from rag_dedup.readers import html_to_text, json_to_text
 from rag_dedup.normalize import canonical
 from rag_dedup.shingles import jaccard, shingle_hashes
 
