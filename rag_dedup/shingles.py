@@ -263,7 +263,11 @@ def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -
     """
     if len(values) == 0:
         return
-    owners, first, counts = np.unique(owner, return_index=True, return_counts=True)
+    # Owners ascend (shingles are made in text order), so each owner's values are one run.
+    per_owner = np.bincount(owner)
+    owners = np.flatnonzero(per_owner)
+    counts = per_owner[owners]
+    first = np.cumsum(counts) - counts
     width = int(counts.max())
     if width * len(owners) <= 4 * len(values) + 4096:
         padded = np.full((len(owners), width), 0xFFFFFFFF, dtype=np.uint32)
