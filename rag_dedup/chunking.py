@@ -25,7 +25,8 @@ The steps, per document:
    and any block after one: a paragraph of that size is never glued to its neighbours, so a copied
    paragraph is chunked alike wherever it lands. Smaller blocks (list items, short lines) share
    chunks.
-5. **Sentence cuts.** With ``u = blake2b(canonical(sentence)) / 2**64``, uniform on [0, 1), a body
+5. **Sentence cuts.** With ``u = blake2b(words of canonical(sentence), one space apart) / 2**64``
+   (the same for every copy however it is wrapped or spaced), uniform on [0, 1), a body
    (a chunk without its overlap) of at least ``m / 2`` tokens ends after a sentence of ``t`` tokens
    when ``u < 1 - exp(-t / m)``: a cut every ``m`` tokens or so, each decided by one sentence. A
    body never exceeds ``chunk_size - chunk_overlap`` tokens; when no sentence in range says "cut",
@@ -95,7 +96,7 @@ from nltk.tokenize.punkt import (
     load_punkt_params,
 )
 
-from rag_dedup.normalize import canonical
+from rag_dedup.normalize import token_form
 
 __all__ = ["SentenceChunker", "Span", "Units", "plan_chunks"]
 
@@ -604,9 +605,10 @@ def _forced_cut(
 
 
 def _unit_hash(text: str) -> float:
-    """``blake2b(canonical(text))`` as a uniform number in [0, 1): the same for every copy."""
+    """``blake2b`` of the words of ``canonical(text)`` (single spaces between them) as a uniform
+    number in [0, 1): the same for every copy, however its lines are wrapped or spaced."""
     h = _BLAKE2B.copy()
-    h.update(canonical(text).encode("utf-8"))
+    h.update(" ".join(token_form(text).split()).encode("utf-8"))
     return int.from_bytes(h.digest(), "big") / _TWO_64
 
 
