@@ -462,8 +462,6 @@ class DedupIndex:
     ) -> tuple[list[str], list[ClusterEntry]]:
         """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.split_component`)."""
         storage = self.storage
-        missing = [g for g in gids if g not in shingles]
-        shingles.update(zip(missing, storage.group_shingles(missing)))
         keys = [k for ks in storage.group_items(gids) for k in ks]
         members = []
         gid_of: dict[str, int] = {}
@@ -472,9 +470,13 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
+
         def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
             if known is not None and all((g, o) in known for o in others):
-                return [known[(g, o)] for o in others]
+                return [known[(g, o)] for o in others]  # verified pairs: no shingles needed
+            missing = [x for x in (g, *others) if x not in shingles]
+            if missing:
+                shingles.update(zip(missing, storage.group_shingles(missing)))
             return jaccard_many(shingles[g], [shingles[o] for o in others])
 
         group_of = gid_of.__getitem__
