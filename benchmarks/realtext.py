@@ -3,11 +3,14 @@
 Sources, in this order, each in sorted path order: the Debian package documentation under
 ``/usr/share/doc`` (copyright files, READMEs, NEWS and changelogs, gunzipped), then ``.rst``/``.md``/
 ``.txt`` files under the running and the base Python installation's ``site-packages`` (package
-documentation), then the
-manual pages under ``/usr/share/man`` (gunzipped, groff requests and font escapes stripped: English
-sections first, then the translations), then the repository's own test corpus (so something is
-always there). Files that are byte-identical to one
-already read are skipped, so the base chunks are as distinct as the sources allow (real text still
+documentation), then the manual pages under ``/usr/share/man`` (gunzipped, groff requests and font
+escapes stripped: English sections first, then the translations), then the GNU info manuals under
+``/usr/share/info``, then the Rust books shipped with rustup toolchains (``share/doc/rust/html/*/
+print.html``, tags, code and scripts stripped), then the triple-quoted strings (docstrings, mostly) of
+the Python source files under ``/usr/lib/python3*``, ``/usr/lib/google-cloud-sdk`` and
+``~/.pyenv/versions``, then the repository's own test corpus (so something is always there). The
+sources after the man pages are read only by the largest benchmarks (160k chunks need about 37
+million words). Files that are byte-identical to one already read are skipped, so the base chunks are as distinct as the sources allow (real text still
 repeats itself: licence paragraphs, changelog entries).
 
 Near-duplicates are planted by copying a base chunk and editing a few percent of its words
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
 import random
 import re
 import sys
@@ -49,10 +53,21 @@ def source_files() -> Iterator[Path]:
         english = sorted(man.glob("man*/*.gz"))
         yield from english
         yield from sorted(p for p in man.rglob("*.gz") if p.parent.parent != man)
+    info = Path("/usr/share/info")
+    if info.is_dir():
+        yield from sorted(info.glob("*.gz"))
+    yield from sorted(Path.home().glob(".rustup/toolchains/*/share/doc/rust/html/*/print.html"))
+    roots = sorted(Path("/usr/lib").glob("python3*")) + [Path("/usr/lib/google-cloud-sdk"), Path.home() / ".pyenv/versions"]
+    for root in roots:
+        if root.is_dir():
+            yield from sorted(p for p in root.rglob("*.py") if p.is_file() and p.stat().st_size > 4000)
     yield from sorted((REPO / "tests" / "data" / "corpus").rglob("*.txt"))
 
 
 _GROFF_ESCAPE = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)|\\\(..|\\[-&e|^]")
+_HTML_SKIP = re.compile(r"(?s)<(script|style|pre|code)\b[^>]*>.*?</\1>")
+_HTML_TAG = re.compile(r"<[^>]+>")
+_TRIPLE_QUOTED = re.compile(r'(?s)"""(.*?)"""|\'\'\'(.*?)\'\'\'')
 
 
 def read_text(path: Path) -> str | None:
@@ -66,6 +81,10 @@ def read_text(path: Path) -> str | None:
     if "/man/" in str(path):
         lines = (line for line in text.splitlines() if not line.startswith((".", "'")))
         text = _GROFF_ESCAPE.sub("", "\n".join(lines))
+    elif path.suffix == ".html":
+        text = html.unescape(_HTML_TAG.sub(" ", _HTML_SKIP.sub(" ", text)))
+    elif path.suffix == ".py":
+        text = "\n\n".join(a or b for a, b in _TRIPLE_QUOTED.findall(text))
     return text
 
 
@@ -168,6 +187,7 @@ def planted_chunks(
         planted[key] = f"c{src:07d}"
     origin = (
         f"{len(words):,} words from {files:,} files (/usr/share/doc copyright/README/NEWS/changelog files, "
-        f"then .rst/.md/.txt under site-packages, then man pages) on {sys.platform}"
+        f"then .rst/.md/.txt under site-packages, then man pages, then, for the largest sizes, info manuals, "
+        f"the Rust books and Python docstrings) on {sys.platform}"
     )
     return items, planted, origin
