@@ -49,7 +49,14 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNo
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text, hide_keys, read_cluster
+from rag_dedup.metadata import (
+    DEDUP_CLUSTER,
+    DEDUP_COLLAPSED,
+    collapsed_entry,
+    dedup_text,
+    hide_keys,
+    read_cluster,
+)
 from rag_dedup.normalize import token_form
 from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes_many, shingle_stream
 
@@ -233,29 +240,34 @@ def _row_masks(matrix: np.ndarray) -> list[int]:
 class _ShingleCache:
     """The shingle hashes of recently seen texts, keyed by ``(ngram, text)``, oldest evicted first.
 
-    One object behind one private attribute: pydantic resolves each private attribute access through
-    ``__getattr__``, which costs about as much as a numpy call.
+    An entry is ``(hashes, start, stop)``: the text's hashes are ``hashes[start:stop]`` of the batch it
+    was hashed in (a tuple costs less to make than an array view, and the cold path makes 30 of
+    them per query). One object behind one private attribute: pydantic resolves each private
+    attribute access through ``__getattr__``, which costs about as much as a numpy call.
     """
 
     __slots__ = ("entries", "lock")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[int, str], np.ndarray] = {}
+        self.entries: dict[tuple[int, str], tuple[np.ndarray, int, int]] = {}
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def get_many(self, ngram: int, texts: list[str]) -> list[np.ndarray | None]:
+    def get_many(self, ngram: int, texts: list[str]) -> list[tuple[np.ndarray, int, int] | None]:
         with self.lock:
             get = self.entries.get
             return [get((ngram, t)) for t in texts]
 
-    def put_many(self, ngram: int, texts: list[str], values: list[np.ndarray], capacity: int) -> None:
+    def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
+        """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i."""
+        stop = 0
         with self.lock:
             entries = self.entries
-            for text, value in zip(texts, values):
-                entries[(ngram, text)] = value
+            for text, count in zip(texts, counts.tolist()):
+                entries[(ngram, text)] = (hashes, stop, stop + count)
+                stop += count
             excess = len(entries) - capacity
             if excess > 0:
                 for key in list(itertools.islice(entries, excess)):
@@ -422,20 +434,29 @@ class DedupPostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         ordered = sorted(nodes, key=_score, reverse=True)  # stable: ties keep the retriever's order
-        texts = [_text_of(n.node) for n in ordered]
+        inner = [n.node for n in ordered]
+        texts = [_text_of(node) for node in inner]
         text_pos = [i for i, t in enumerate(texts) if t is not None]
-        clusters: list[str | None] = [None] * len(ordered)
-        for i, c in zip(text_pos, self._clusters([ordered[i].node for i in text_pos])):
-            clusters[i] = c
+        if len(text_pos) == len(ordered):
+            clusters = self._clusters(inner)
+        else:
+            clusters = [None] * len(ordered)
+            for i, c in zip(text_pos, self._clusters([inner[i] for i in text_pos])):
+                clusters[i] = c
 
         need_text = not self.trust_clusters or any(clusters[i] is None for i in text_pos)
         sim: np.ndarray | None = None
         masks: list[int] = []  # masks[a]: bit b set when texts a and b are within the threshold
-        slot: dict[int, int] = {}  # position in `ordered` -> row of its text in `sim`
+        slot: list[int] = []  # position in `ordered` -> row of its text in `sim`
         if need_text and len(text_pos) > 1:
             sim = self._similarity([texts[i] for i in text_pos])  # type: ignore[misc]
             masks = _row_masks(sim >= self.threshold)
-            slot = {i: a for a, i in enumerate(text_pos)}
+            if len(text_pos) == len(ordered):
+                slot = text_pos
+            else:
+                slot = [-1] * len(ordered)
+                for a, i in enumerate(text_pos):
+                    slot[i] = a
 
         groups: list[_Group] = []  # kept text nodes, score order
         by_cluster: dict[str, _Group] = {}
@@ -507,16 +528,20 @@ class DedupPostprocessor(BaseNodePostprocessor):
             hashes, counts = shingle_stream(fresh, ngram)
         else:
             hashes, counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-        if cache is not None or len(fresh) < len(unique):
+        if cache is not None:
+            cache.put_many(ngram, fresh, hashes, counts, capacity)
+        if len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order
             ends = np.cumsum(counts).tolist()
-            pieces = [hashes[e - c : e] for e, c in zip(ends, counts.tolist())]
-            if cache is not None:
-                cache.put_many(ngram, fresh, pieces, capacity)
-            if len(fresh) < len(unique):
-                computed = iter(pieces)
-                parts = [entry if entry is not None else next(computed) for entry in known]
-                hashes = np.concatenate(parts)
-                counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            computed = iter(zip(ends, counts.tolist()))
+            parts = []
+            for entry in known:
+                if entry is None:
+                    stop, count = next(computed)
+                    parts.append(hashes[stop - count : stop])
+                else:
+                    parts.append(entry[0][entry[1] : entry[2]])
+            hashes = np.concatenate(parts)
+            counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         sim = _jaccard(*_pair_counts(hashes, counts))
         if len(unique) < len(texts):
             index = np.array(rows, dtype=np.intp)

@@ -411,20 +411,22 @@ def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np
 # little-endian load at its start, _HI_MASK[k] its bytes among those of a load 8 bytes further on.
 _LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(17)], dtype=np.uint64)
 _HI_MASK = np.array([(1 << (8 * max(k - 8, 0))) - 1 for k in range(17)], dtype=np.uint64)
-_LOAD_PAD = b" " * 16  # lets the last word be read with two full 8-byte loads
+_LOAD_PAD = " " * 16  # lets the last word be read with two full 8-byte loads
 
 
 def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`shingle_stream` of texts that fit one buffer."""
     n = len(texts)
-    joined = "\n".join(texts)  # a line break is whitespace: no word spans two texts
-    if joined.isascii():  # token_form of ASCII is lower(), and lower() commutes with the join
-        data = b" " + joined.lower().encode("ascii") + _LOAD_PAD
-        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    # token_form of ASCII is lower(), which bytes.lower() does to the whole buffer at once (it touches
+    # ASCII letters only, so the already folded non-ASCII texts pass through unchanged). Texts are
+    # joined by line breaks, whitespace, so no word spans two.
+    forms = [t if t.isascii() else token_form(t) for t in texts]  # isascii() is O(1) in CPython
+    data = "\n".join([" ", *forms, _LOAD_PAD]).encode("utf-8").lower()
+    if len(data) == sum(map(len, forms)) + n + 1 + len(_LOAD_PAD):  # all ASCII: bytes == chars
+        sizes_of = map(len, forms)
     else:
-        encoded = [token_form(t).encode("utf-8") for t in texts]
-        data = b" " + b"\n".join(encoded) + _LOAD_PAD
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+        sizes_of = (len(f) if f.isascii() else len(f.encode("utf-8")) for f in forms)
+    lengths = np.fromiter(sizes_of, dtype=np.int64, count=n)
     # Whitespace as in _words (9-13 and 28-32), by unsigned wrap-around: b - 9 < 5 or b - 28 < 5. The
     # buffer starts and ends with a space, so word edges alternate start, end, start, end, ...
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -461,8 +463,9 @@ def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndar
         words[longer] = np.array(
             [hash(data[a:b]) for a, b in zip(starts[longer].tolist(), ends)], dtype=np.int64
         ).view(np.uint64)
-    # Texts start after their separators; text i's words are first_word[i] .. first_word[i+1]-1.
-    first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths)
+    # Text i starts after " \n" and the texts and separators before it; its words are
+    # first_word[i] .. first_word[i + 1] - 1.
+    first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths + 1)
     words_per_text = np.diff(first_word, append=len(starts))
     counts = np.maximum(words_per_text - (ngram - 1), 0)
     m = len(words) - ngram + 1

@@ -13,15 +13,21 @@ from hypothesis import strategies as st
 from llama_index.core import Document, SummaryIndex
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import ImageNode, MetadataMode, NodeRelationship, NodeWithScore, TextNode
+from llama_index.core.schema import (
+    ImageNode,
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    TextNode,
+)
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from rag_dedup.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
 from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
-from rag_dedup.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
 from rag_dedup.normalize import canonical
+from rag_dedup.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
 from rag_dedup.shingles import jaccard, shingle_hashes, shingle_stream
 from rag_dedup.transform import DedupTransform
 
@@ -342,7 +348,8 @@ def many_sets(kind: str) -> list[np.ndarray]:
     if kind == "short-runs":  # 100 sets over a wide range: values shared by few sets
         return [np.unique(rng.integers(0, 5000, 40).astype(np.uint32)) for _ in range(100)]
     shared = rng.choice(1 << 30, 5000 if kind == "wide-block" else 300, replace=False).astype(np.uint32)
-    sets = [np.unique(np.concatenate((shared[rng.random(len(shared)) < 0.9], rng.integers(0, 1 << 30, 5).astype(np.uint32)))) for _ in range(70)]
+    own = [rng.integers(0, 1 << 30, 5).astype(np.uint32) for _ in range(70)]  # a few values of its own
+    sets = [np.unique(np.concatenate((shared[rng.random(len(shared)) < 0.9], values))) for values in own]
     return [*sets, np.empty(0, dtype=np.uint32)]
 
 
@@ -439,8 +446,9 @@ def planted_batch(chunks: list[TextNode], start: int, size: int) -> list[str]:
 @pytest.mark.parametrize("start", [pytest.param(s, id=f"chunks-{s}") for s in (0, 37, 150, 400, 777)])
 def test_batch_similarity_equals_pure_python_jaccard_on_real_chunks(chunks, start):
     texts = planted_batch(chunks, start, 30)
-    expected = np.array([[reference_jaccard(reference_shingles(a), reference_shingles(b)) for b in texts] for a in texts])
-    np.fill_diagonal(expected, [1.0 if reference_shingles(t) else 0.0 for t in texts])
+    sets = [reference_shingles(t) for t in texts]
+    expected = np.array([[reference_jaccard(a, b) for b in sets] for a in sets])
+    np.fill_diagonal(expected, [1.0 if s else 0.0 for s in sets])
     for cache_size in (0, 4096):
         pp = DedupPostprocessor(cache_size=cache_size)
         got = pp._similarity(texts)
@@ -517,10 +525,13 @@ def test_shingle_stream_refuses_bad_input():
     assert len(hashes) == 0 and len(counts) == 0
 
 
+SMALL_VOCABULARY = st.sampled_from(["a", "b", "ab", "A", "é", "x" * 9, "y" * 17])  # 1-, 9- and 17-byte words
+
+
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "ab", "A", "é", "x" * 9, "y" * 17]), WHITESPACE), max_size=12), min_size=2, max_size=12))
+@given(st.lists(st.lists(st.tuples(SMALL_VOCABULARY, WHITESPACE), max_size=12), min_size=2, max_size=12))
 def test_batch_similarity_equals_pure_python_jaccard_on_small_vocabularies(raw):
-    """A four-word vocabulary makes texts share and repeat shingles, and split runs in many ways."""
+    """A small vocabulary makes texts share and repeat shingles, and split runs in many ways."""
     texts = ["".join(w + s for w, s in parts) for parts in raw]
     got = DedupPostprocessor(cache_size=0, ngram=3)._similarity(texts)
     sets = [reference_shingles(t, 3) for t in texts]
