@@ -17,10 +17,13 @@ reason, similarity), so citations survive. Two nodes are duplicates when
   5-gram shingle sets is at least ``threshold`` (1.0 is an exact duplicate up to normalisation).
 
 Nodes without a cluster are compared by text, so the postprocessor also works on an index that was built
-without rag-dedup. The similarity computed is exact, not a MinHash estimate: for the tens to hundreds
-of nodes one query returns, sorting their shingles together once and counting the pairs within runs of
-equal shingles gives the Jaccard similarity of every pair for less than MinHash signatures of the same
-nodes would cost (see :func:`jaccard_matrix`); exact copies are shingled once. Two nodes that
+without rag-dedup. The similarity computed is exact, not a MinHash estimate (shingles are compared by
+64-bit hashes, at least 58 bits of which count: two different shingles share one with probability
+about 2^-58): for the tens to hundreds of nodes one query returns, hashing all their shingles in one
+pass and sorting them together once, then counting the pairs within runs of equal shingles, gives the
+Jaccard similarity of every pair for less than MinHash signatures of the same nodes would cost (see
+:func:`~rag_dedup.shingles.shingle_stream` and :func:`jaccard_matrix`); exact copies are shingled
+once. Two nodes that
 both carry a cluster are compared by cluster alone (the index compared their texts at ingest): the fast
 path. The index splits a chain A~B~C around representatives, so members of two clusters can still be
 within the threshold of each other; set ``trust_clusters=False`` to compare their texts as well, which
@@ -176,7 +179,8 @@ def _shared_counts(values: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray
         np.not_equal(masks[1:], masks[:-1], out=first[1:])
         at = np.flatnonzero(first)
         weight = np.diff(np.append(at, len(masks))).astype(np.float64)
-        unpacked = np.unpackbits(masks[at].view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+        as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
+        unpacked = np.unpackbits(as_bytes, axis=1, bitorder="little")
         held = unpacked[:, :n].astype(np.float64)
         inter = (held.T * weight) @ held  # exact: integer sums far below 2**53
         np.fill_diagonal(inter, 0.0)

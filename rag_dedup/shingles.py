@@ -22,6 +22,10 @@ How the hashing is vectorised (the bottleneck of signature computation is here, 
 :func:`reference_shingle_hashes` computes the same values one word at a time in pure Python; the
 test suite holds the two equal, value for value.
 
+:func:`shingle_stream` is the query-time variant, for comparing the tens of texts one query returns
+with each other: the same shingles, a faster 64-bit hash of its own (words read as two 8-byte loads,
+no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable only with each other.
+
 Example:
     >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
     >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
@@ -387,9 +391,11 @@ def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np
         ValueError: ``ngram`` out of range.
     """
     _check_ngram(ngram)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    if not all(isinstance(text, str) for text in texts):
+        i, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
+        raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    if texts and sum(map(len, texts)) + len(texts) < _PIECE_BYTES:
+        return _stream_piece(texts, ngram)  # the usual case: one query's texts fit one buffer
     hashes: list[np.ndarray] = []
     counts: list[np.ndarray] = []
     start, size = 0, 0
