@@ -17,10 +17,13 @@ reason, similarity), so citations survive. Two nodes are duplicates when
   5-gram shingle sets is at least ``threshold`` (1.0 is an exact duplicate up to normalisation).
 
 Nodes without a cluster are compared by text, so the postprocessor also works on an index that was built
-without rag-dedup. The similarity computed is exact, not a MinHash estimate: for the tens to hundreds
-of nodes one query returns, sorting their shingles together once and counting the pairs within runs of
-equal shingles gives the Jaccard similarity of every pair for less than MinHash signatures of the same
-nodes would cost (see :func:`jaccard_matrix`); exact copies are shingled once. Two nodes that
+without rag-dedup. The similarity computed is exact, not a MinHash estimate (shingles are compared by
+64-bit hashes, at least 58 bits of which count: two different shingles share one with probability
+about 2^-58): for the tens to hundreds of nodes one query returns, hashing all their shingles in one
+pass and sorting them together once, then counting the pairs within runs of equal shingles, gives the
+Jaccard similarity of every pair for less than MinHash signatures of the same nodes would cost (see
+:func:`~rag_dedup.shingles.shingle_stream` and :func:`jaccard_matrix`); exact copies are shingled
+once. Two nodes that
 both carry a cluster are compared by cluster alone (the index compared their texts at ingest): the fast
 path. The index splits a chain A~B~C around representatives, so members of two clusters can still be
 within the threshold of each other; set ``trust_clusters=False`` to compare their texts as well, which
@@ -49,9 +52,16 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNo
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import DEDUP_COLLAPSED, collapsed_entry, dedup_text, hide_keys, read_cluster
+from rag_dedup.metadata import (
+    DEDUP_CLUSTER,
+    DEDUP_COLLAPSED,
+    collapsed_entry,
+    dedup_text,
+    hide_keys,
+    read_cluster,
+)
 from rag_dedup.normalize import token_form
-from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes_many
+from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes_many, shingle_stream
 
 __all__ = ["DedupPostprocessor", "jaccard_matrix", "query_shingles"]
 
@@ -62,6 +72,9 @@ _MAX_PAIRS = 1 << 20
 # The product lays shared shingles out in column blocks of this width, which bounds the (texts x block)
 # 0/1 matrix to a few MB whatever the number of texts.
 _BLOCK_COLUMNS = 4096
+# Bit i set: the bit mask of set i, for up to 64 sets (see _shared_counts).
+_BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+_POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
 _COLLAPSED_ONLY = (DEDUP_COLLAPSED,)
 
 
@@ -90,17 +103,128 @@ def jaccard_matrix(sets: Sequence[np.ndarray]) -> np.ndarray:
     itself included, as :func:`~rag_dedup.shingles.jaccard` has it.
     """
     n = len(sets)
-    size_list = [len(s) for s in sets]
-    sizes = np.array(size_list, dtype=np.int64)
-    if n > 1 and sum(size_list):
-        inter = _intersections(sets, sizes, n)
-    else:
-        inter = np.zeros((n, n), dtype=np.int64)
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.float64)
+    sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=n)
+    values = np.concatenate(sets)
+    if values.dtype != np.uint32 and len(values) and (values.min() < 0 or values.max() > 0xFFFFFFFF):
+        values = np.unique(values, return_inverse=True)[1]  # ranks: equal exactly where the values are
+    return _jaccard(*_pair_counts(values.astype(np.uint64) << np.uint64(32), sizes))
+
+
+def _pair_counts(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set sizes and the ``|A ∩ B|`` of every pair of sets, from their hashes laid end to end.
+
+    ``hashes`` holds set 0's values, then set 1's, ... (``counts[i]`` of them for set i, repeats
+    allowed); two values are equal when their top ``64 - b`` bits are, ``b`` the bits a set number
+    takes (at most 32, so at least the top 32 bits count). One sort of ``value | set`` keys puts each
+    set's repeats next to each other (dropped) and each value's sets in one run (counted).
+    """
+    n = len(counts)
+    bits = max(1, (n - 1).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    keys = hashes & ~low
+    keys |= np.repeat(np.arange(n, dtype=np.uint64), counts)
+    keys = _sorted(keys)
+    fresh = np.empty(len(keys), dtype=bool)
+    fresh[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
+    keys = keys[fresh]  # each set's repeats dropped
+    owners = (keys & low).astype(np.intp)
+    sizes = np.bincount(owners, minlength=n)
+    values = keys >> np.uint64(bits)
+    same = values[1:] == values[:-1]
+    if n < 2 or not same.any():
+        return sizes, np.zeros((n, n), dtype=np.int64)
+    shared = np.zeros(len(values), dtype=bool)
+    shared[1:] = same
+    shared[:-1] |= same
+    values, owners = values[shared], owners[shared]  # only values held by two sets or more
+    return sizes, _shared_counts(values, owners, n)
+
+
+def _sorted(keys: np.ndarray) -> np.ndarray:
+    """``np.sort(keys)``, faster for the few thousand keys of a query: a radix sort (numpy's stable
+    sort of 16-bit values) on the top 16 bits, then timsort, which finds the result nearly sorted
+    (out of order only where two keys share their top 16 bits) and fixes it in about one pass."""
+    if len(keys) < 1024:
+        keys.sort()
+        return keys
+    order = np.argsort((keys >> np.uint64(48)).astype(np.uint16), kind="stable")
+    keys = keys[order]
+    keys.sort(kind="stable")
+    return keys
+
+
+def _shared_counts(values: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray:
+    """``|A ∩ B|`` for every pair of distinct sets, from runs of equal ``values`` (owners unique per run).
+
+    Up to 64 sets, each run becomes the bit mask of the sets holding it (one ``bitwise_or.reduceat``);
+    runs with equal masks are counted together, and the ``D`` distinct masks unpacked to a 0/1
+    ``D x n`` matrix ``B`` give ``Bᵀ diag(count) B``, whose entry ``(i, j)`` is the number of runs
+    holding both i and j. A query's copies of one licence paragraph share hundreds of shingles
+    among the same few sets, so ``D`` stays small. Beyond 64 sets: either a 0/1 ``sets x runs``
+    matrix product, or, when runs are short and sets many, every pair of each run counted with
+    ``bincount``. The diagonal is left to the caller.
+    """
+    new_run = np.empty(len(values), dtype=bool)
+    new_run[0] = True
+    np.not_equal(values[1:], values[:-1], out=new_run[1:])
+    starts = np.flatnonzero(new_run)
+    if n <= 64:
+        masks = np.bitwise_or.reduceat(_BITS[owners], starts)
+        masks.sort()
+        first = np.empty(len(masks), dtype=bool)
+        first[0] = True
+        np.not_equal(masks[1:], masks[:-1], out=first[1:])
+        at = np.flatnonzero(first)
+        weight = np.diff(np.append(at, len(masks))).astype(np.float64)
+        as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
+        unpacked = np.unpackbits(as_bytes, axis=1, bitorder="little")
+        held = unpacked[:, :n].astype(np.float64)
+        inter = (held.T * weight) @ held  # exact: integer sums far below 2**53
+        np.fill_diagonal(inter, 0.0)
+        return inter.astype(np.int64)
+    lengths = np.diff(np.append(starts, len(values)))
+    runs = len(starts)
+    pairs = int((lengths * (lengths - 1) // 2).sum())
+    if n * n * runs <= 50 * pairs or pairs > _MAX_PAIRS:
+        column = np.repeat(np.arange(runs, dtype=np.intp), lengths)
+        return _count_by_product(owners, column, runs, n)
+    # Every position pairs with the later positions of its run: p with p+1 .. end-1.
+    after = np.repeat(starts + lengths, lengths) - np.arange(len(values)) - 1
+    first_of_pair = np.repeat(np.arange(len(values)), after)
+    second = first_of_pair + np.arange(1, pairs + 1) - np.repeat(np.cumsum(after) - after, after)
+    upper = np.bincount(owners[first_of_pair] * n + owners[second], minlength=n * n).reshape(n, n)
+    return upper + upper.T
+
+
+def _count_by_product(owners: np.ndarray, column: np.ndarray, columns: int, n: int) -> np.ndarray:
+    """Shared-value counts for all pairs as ``M Mᵀ``, ``M`` the 0/1 matrix of sets x shared values."""
+    if columns <= _BLOCK_COLUMNS:
+        block = np.zeros((n, columns), dtype=np.float32)
+        block[owners, column] = 1.0
+        inter = block @ block.T  # float32 sums of 0/1 are exact below 2**24
+        np.fill_diagonal(inter, 0.0)
+        return inter.astype(np.int64)
+    total = np.zeros((n, n), dtype=np.float64)
+    for first in range(0, columns, _BLOCK_COLUMNS):
+        lo, hi = np.searchsorted(column, [first, first + _BLOCK_COLUMNS])
+        block = np.zeros((n, min(_BLOCK_COLUMNS, columns - first)), dtype=np.float32)
+        block[owners[lo:hi], column[lo:hi] - first] = 1.0
+        total += block @ block.T
+    np.fill_diagonal(total, 0.0)
+    return total.astype(np.int64)
+
+
+def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
+    """Jaccard similarities from set sizes and pairwise intersections (diagonal ignored): an empty set
+    has similarity 0 with everything, itself included."""
     np.fill_diagonal(inter, sizes)
     union = sizes[:, None] + sizes[None, :] - inter
-    if min(size_list, default=1) > 0:
+    if sizes.all():
         return inter / union
-    out = np.zeros((n, n), dtype=np.float64)
+    out = np.zeros(inter.shape, dtype=np.float64)
     np.divide(inter, union, out=out, where=union > 0)
     empty = sizes == 0
     out[empty, :] = 0.0
@@ -108,41 +232,62 @@ def jaccard_matrix(sets: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _intersections(sets: Sequence[np.ndarray], sizes: np.ndarray, n: int) -> np.ndarray:
-    """``|A ∩ B|`` for every pair of distinct sets (the diagonal is left to the caller)."""
-    values = np.concatenate(sets)
-    owners = np.repeat(np.arange(n, dtype=np.intp), sizes)
-    order = np.argsort(values, kind="stable")  # the sets are sorted runs: timsort merges them fast
-    values, owners = values[order], owners[order]  # within a run of equal values, owners ascend
-    same = values[1:] == values[:-1]
-    # Every position pairs with the later positions of its run: p with p+1 .. end-1.
-    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    ends = np.append(starts[1:], len(values))
-    after = np.repeat(ends, ends - starts) - np.arange(len(values)) - 1
-    pairs = int(after.sum())
-    if pairs > _MAX_PAIRS:
-        return _count_by_product(values, owners, same, n)
-    first = np.repeat(np.arange(len(values)), after)
-    second = first + np.arange(1, pairs + 1) - np.repeat(np.cumsum(after) - after, after)
-    upper = np.bincount(owners[first] * n + owners[second], minlength=n * n).reshape(n, n)
-    return upper + upper.T
+def _row_masks(matrix: np.ndarray) -> list[int]:
+    """Row ``i`` of a square boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
+    k = len(matrix)
+    if k <= 53:  # one float product: the sums of distinct powers of two below 2**53 are exact
+        return (matrix @ _POWERS_OF_TWO[:k]).astype(np.int64).tolist()
+    packed = np.packbits(matrix, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
 
-def _count_by_product(values: np.ndarray, owners: np.ndarray, same: np.ndarray, n: int) -> np.ndarray:
-    """Shared-value counts for all pairs as ``M Mᵀ``, ``M`` the 0/1 matrix of sets x shared values."""
-    shared = np.zeros(len(values), dtype=bool)
-    shared[1:] |= same
-    shared[:-1] |= same
-    values, owners = values[shared], owners[shared]
-    column = np.concatenate(([0], np.cumsum(values[1:] != values[:-1]))).astype(np.intp)
-    columns = int(column[-1]) + 1
-    inter = np.zeros((n, n), dtype=np.float64)
-    for first in range(0, columns, _BLOCK_COLUMNS):
-        lo, hi = np.searchsorted(column, [first, first + _BLOCK_COLUMNS])
-        block = np.zeros((n, min(_BLOCK_COLUMNS, columns - first)), dtype=np.float32)
-        block[owners[lo:hi], column[lo:hi] - first] = 1.0
-        inter += block @ block.T  # float32 sums of 0/1 are exact below 2**24
-    return inter.astype(np.int64)
+class _ShingleCache:
+    """The shingle hashes of recently seen texts, keyed by ``(ngram, text)``, oldest evicted first.
+
+    An entry is ``(hashes, start, stop)``: the text's hashes are ``hashes[start:stop]`` of the batch it
+    was hashed in (a tuple costs less to make than an array view, and the cold path makes 30 of
+    them per query). One object behind one private attribute: pydantic resolves each private
+    attribute access through ``__getattr__``, which costs about as much as a numpy call.
+    """
+
+    __slots__ = ("entries", "lock")
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, str], tuple[np.ndarray, int, int]] = {}
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get_many(self, ngram: int, texts: list[str]) -> list[tuple[np.ndarray, int, int] | None]:
+        with self.lock:
+            get = self.entries.get
+            return [get((ngram, t)) for t in texts]
+
+    def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
+        """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i."""
+        stop = 0
+        with self.lock:
+            entries = self.entries
+            for text, count in zip(texts, counts.tolist()):
+                entries[(ngram, text)] = (hashes, stop, stop + count)
+                stop += count
+            excess = len(entries) - capacity
+            if excess > 0:
+                for key in list(itertools.islice(entries, excess)):
+                    del entries[key]  # the oldest first: dicts keep insertion order
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+def _text_of(node: BaseNode) -> str | None:
+    """:func:`~rag_dedup.metadata.dedup_text`, with a short path for a plain ``TextNode``."""
+    if type(node) is TextNode:
+        text = node.text
+        return None if not text or text.isspace() else text  # `not text.strip()`, without a copy
+    return dedup_text(node)
 
 
 def _score(nws: NodeWithScore) -> float:
@@ -222,8 +367,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
 
     _index: DedupIndex | None = PrivateAttr(default=None)
     _docstore: BaseDocumentStore | None = PrivateAttr(default=None)
-    _cache: dict[tuple[int, str], tuple[str, np.ndarray]] = PrivateAttr(default_factory=dict)
-    _cache_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _cache: _ShingleCache = PrivateAttr(default_factory=lambda: _ShingleCache())
 
     def __init__(
         self,
@@ -274,7 +418,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
         """The current cluster of each node: from the index if it holds the node, else the stamp."""
         index = self._index
         if index is None:
-            return [read_cluster(n) for n in nodes]
+            clusters = [n.metadata.get(DEDUP_CLUSTER) for n in nodes]  # read_cluster, inlined
+            return [c if c is None or isinstance(c, str) else None for c in clusters]
         keys = [n.node_id for n in nodes]
         known = [k for k in dict.fromkeys(keys) if k in index]
         current = {m.key: m.cluster_id for m in index.matches(known)} if known else {}
@@ -293,24 +438,37 @@ class DedupPostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         ordered = sorted(nodes, key=_score, reverse=True)  # stable: ties keep the retriever's order
-        texts = [dedup_text(n.node) for n in ordered]
+        inner = [n.node for n in ordered]
+        texts = [_text_of(node) for node in inner]
         text_pos = [i for i, t in enumerate(texts) if t is not None]
-        clusters: list[str | None] = [None] * len(ordered)
-        for i, c in zip(text_pos, self._clusters([ordered[i].node for i in text_pos])):
-            clusters[i] = c
+        if len(text_pos) == len(ordered):
+            clusters = self._clusters(inner)
+        else:
+            clusters = [None] * len(ordered)
+            for i, c in zip(text_pos, self._clusters([inner[i] for i in text_pos])):
+                clusters[i] = c
 
         need_text = not self.trust_clusters or any(clusters[i] is None for i in text_pos)
-        sim: list[list[float]] | None = None
-        row_of: dict[int, int] = {}
+        sim: np.ndarray | None = None
+        masks: list[int] = []  # masks[a]: bit b set when texts a and b are within the threshold
+        slot: list[int] = []  # position in `ordered` -> row of its text in `sim`
         if need_text and len(text_pos) > 1:
-            rows, sets = self._rows([texts[i] for i in text_pos])  # type: ignore[misc]
-            row_of = dict(zip(text_pos, rows))
-            sim = jaccard_matrix(sets).tolist()  # Python floats: the greedy pass reads them one by one
+            sim = self._similarity([texts[i] for i in text_pos])  # type: ignore[misc]
+            masks = _row_masks(sim >= self.threshold)
+            if len(text_pos) == len(ordered):
+                slot = text_pos
+            else:
+                slot = [-1] * len(ordered)
+                for a, i in enumerate(text_pos):
+                    slot[i] = a
 
         groups: list[_Group] = []  # kept text nodes, score order
         by_cluster: dict[str, _Group] = {}
+        group_of_row: dict[int, _Group] = {}
+        kept_rows = 0  # bits: rows of the kept groups
+        kept_free = 0  # bits: rows of the kept groups without a cluster
         passthrough: list[tuple[int, NodeWithScore]] = []
-        threshold, trust = self.threshold, self.trust_clusters
+        trust = self.trust_clusters
         for i, nws in enumerate(ordered):
             if texts[i] is None:
                 passthrough.append((i, nws))
@@ -321,19 +479,24 @@ class DedupPostprocessor(BaseNodePostprocessor):
             if cluster is not None and cluster in by_cluster:
                 target, reason = by_cluster[cluster], "cluster"
             elif sim is not None:
-                row = sim[row_of[i]]
-                for g in groups:
-                    if trust and cluster is not None and g.cluster is not None:
-                        continue  # both clustered, different clusters: the index already compared them
-                    s = row[row_of[g.position]]
-                    if s >= threshold:
-                        target, reason, similarity = g, ("exact" if s >= 1.0 else "near"), round(s, 4)
-                        break
+                a = slot[i]
+                # Both clustered, different clusters: the index already compared them (when trusted).
+                hits = masks[a] & (kept_free if trust and cluster is not None else kept_rows)
+                if hits:
+                    b = (hits & -hits).bit_length() - 1  # the lowest row: the best-placed kept group
+                    s = float(sim[a, b])
+                    target, reason, similarity = group_of_row[b], ("exact" if s >= 1.0 else "near"), round(s, 4)
             if target is None:
                 group = _Group(i, nws, cluster)
                 groups.append(group)
                 if cluster is not None:
                     by_cluster[cluster] = group
+                if sim is not None:
+                    a = slot[i]
+                    group_of_row[a] = group
+                    kept_rows |= 1 << a
+                    if cluster is None:
+                        kept_free |= 1 << a
             else:
                 target.folded.append(collapsed_entry(nws.node, nws.score, reason, similarity))
                 target.members.append(nws)
@@ -349,49 +512,49 @@ class DedupPostprocessor(BaseNodePostprocessor):
         kept.sort(key=lambda pair: pair[0])
         return [nws for _, nws in kept]
 
-    def _rows(self, texts: list[str]) -> tuple[list[int], list[np.ndarray]]:
-        """The row of each text in the similarity matrix, and the shingle set of each row.
+    def _similarity(self, texts: list[str]) -> np.ndarray:
+        """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
 
-        Texts equal after normalisation share a row, so exact copies are shingled once; the shingles of
-        recent texts are remembered (``cache_size``), as the same chunks come back query after query.
+        Equal texts share a row, so exact copies are shingled once. The texts not remembered from
+        earlier calls (``cache_size``) are shingled together in one pass
+        (:func:`~rag_dedup.shingles.shingle_stream`), and the shingles of all of them are sorted
+        together once (:func:`_pair_counts`): a constant number of numpy calls per query, whatever
+        the number of texts, where per-text calls cost more than the work itself at this size.
         """
-        cache, ngram = self._cache, self.ngram
-        with self._cache_lock:
-            known = [cache.get((ngram, t)) for t in texts]
-        row_of_norm: dict[str, int] = {}
-        norms: list[str] = []
-        sets: list[np.ndarray | None] = []
-        rows: list[int] = []
-        for text, entry in zip(texts, known):
-            norm = entry[0] if entry is not None else _normalize(text)
-            row = row_of_norm.get(norm)
-            if row is None:
-                row = row_of_norm[norm] = len(norms)
-                norms.append(norm)
-                sets.append(None)
-            if entry is not None:
-                sets[row] = entry[1]
-            rows.append(row)
-        missing = [row for row, found in enumerate(sets) if found is None]
-        if missing:
-            computed = shingle_hashes_many([norms[row] for row in missing], ngram, canonicalized=True)
-            for row, shingles in zip(missing, computed):
-                sets[row] = shingles
-        if self.cache_size:
-            with self._cache_lock:
-                for text, entry, row in zip(texts, known, rows):
-                    if entry is None:
-                        cache[(ngram, text)] = (norms[row], sets[row])  # type: ignore[assignment]
-                excess = len(cache) - self.cache_size
-                if excess > 0:
-                    for key in list(itertools.islice(cache, excess)):
-                        del cache[key]  # the oldest first: dicts keep insertion order
-        return rows, sets  # type: ignore[return-value]
+        row_of: dict[str, int] = {}
+        rows = [row_of.setdefault(t, len(row_of)) for t in texts]
+        unique = list(row_of)
+        ngram, capacity = self.ngram, self.cache_size
+        cache = self._cache if capacity else None
+        known = cache.get_many(ngram, unique) if cache is not None else [None] * len(unique)
+        fresh = [t for t, entry in zip(unique, known) if entry is None]
+        if fresh:
+            hashes, counts = shingle_stream(fresh, ngram)
+        else:
+            hashes, counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
+        if cache is not None:
+            cache.put_many(ngram, fresh, hashes, counts, capacity)
+        if len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order
+            ends = np.cumsum(counts).tolist()
+            computed = iter(zip(ends, counts.tolist()))
+            parts = []
+            for entry in known:
+                if entry is None:
+                    stop, count = next(computed)
+                    parts.append(hashes[stop - count : stop])
+                else:
+                    parts.append(entry[0][entry[1] : entry[2]])
+            hashes = np.concatenate(parts)
+            counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        sim = _jaccard(*_pair_counts(hashes, counts))
+        if len(unique) < len(texts):
+            index = np.array(rows, dtype=np.intp)
+            sim = sim.take(index, axis=0).take(index, axis=1)
+        return sim
 
     def clear_cache(self) -> None:
         """Forget the remembered shingles (results never depend on them; only the time does)."""
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.clear()
 
     def _show_representative(self, group: _Group) -> None:
         """Show the cluster's representative in place of the best-scoring member, where it can be had."""

@@ -22,6 +22,10 @@ How the hashing is vectorised (the bottleneck of signature computation is here, 
 :func:`reference_shingle_hashes` computes the same values one word at a time in pure Python; the
 test suite holds the two equal, value for value.
 
+:func:`shingle_stream` is the query-time variant, for comparing the tens of texts one query returns
+with each other: the same shingles, a faster 64-bit hash of its own (words read as two 8-byte loads,
+no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable only with each other.
+
 Example:
     >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
     >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
@@ -48,6 +52,7 @@ __all__ = [
     "reference_shingle_hashes",
     "shingle_hashes",
     "shingle_hashes_many",
+    "shingle_stream",
     "shingles_and_digests",
 ]
 
@@ -98,6 +103,22 @@ def fmix64(x: np.ndarray) -> np.ndarray:
     x *= np.uint64(0xC4CEB9FE1A85EC53)
     x ^= x >> np.uint64(33)
     return x
+
+
+def _fmix64_inplace(x: np.ndarray) -> np.ndarray:
+    """:func:`fmix64` in place (fewer temporaries); returns ``x``."""
+    x ^= x >> _U33  # array arithmetic wraps modulo 2**64 silently (only numpy scalars warn)
+    x *= _FMIX_K1
+    x ^= x >> _U33
+    x *= _FMIX_K2
+    x ^= x >> _U33
+    return x
+
+
+_U33 = np.uint64(33)
+_STREAM_C = np.uint64(_C[1])
+_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
 class _Powers:
@@ -349,6 +370,139 @@ def _run(texts: Sequence[str], ngram: int, canonicalized: bool, digests: list[by
     if piece:
         out.extend(_hash_piece(piece, ngram, digests))
     return out
+
+
+def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np.ndarray, np.ndarray]:
+    """Every shingle of every text as a 64-bit hash, in one pass: for comparing the few texts of one query.
+
+    Returns ``(hashes, counts)``: ``hashes`` holds text 0's shingles, then text 1's, and so on, in word
+    order, repeats kept (``uint64``); ``counts[i]`` is how many are text i's (``int64``). Two shingles
+    (same words, same order) always get equal hashes; two different ones get equal hashes with
+    probability about 2^-64 per pair (every word is mixed by ``fmix64`` before the words are combined).
+
+    The words and shingles are those of :func:`shingle_hashes` (words of :func:`canonical`, the short-text
+    rule), but the hash is another one, made for speed, so compare these values only with each other.
+    A word is read as whole 8-byte loads at its start instead of byte by byte; texts are joined into one
+    buffer, so the cost is a constant number of numpy calls for the batch, with no per-text calls and no
+    per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic).
+
+    Raises:
+        TypeError: A text is not a ``str``.
+        ValueError: ``ngram`` out of range.
+    """
+    _check_ngram(ngram)
+    if not all(isinstance(text, str) for text in texts):
+        i, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
+        raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    if texts and sum(map(len, texts)) + len(texts) < _PIECE_BYTES:
+        return _stream_piece(texts, ngram)  # the usual case: one query's texts fit one buffer
+    hashes: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    start, size = 0, 0
+    for stop, text in enumerate(texts, 1):
+        size += len(text) + 1
+        if size >= _PIECE_BYTES or stop == len(texts):
+            h, c = _stream_piece(texts[start:stop], ngram)
+            hashes.append(h)
+            counts.append(c)
+            start, size = stop, 0
+    if not counts:
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
+    if len(counts) == 1:
+        return hashes[0], counts[0]
+    return np.concatenate(hashes), np.concatenate(counts)
+
+
+# For a word of min(size, 16) = k bytes: _LO_MASK[k] keeps its bytes among bytes 0-7 of an 8-byte
+# little-endian load at its start, _HI_MASK[k] its bytes among those of a load 8 bytes further on.
+_LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(17)], dtype=np.uint64)
+_HI_MASK = np.array([(1 << (8 * max(k - 8, 0))) - 1 for k in range(17)], dtype=np.uint64)
+_LOAD_PAD = " " * 16  # lets the last word be read with two full 8-byte loads
+
+
+def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`shingle_stream` of texts that fit one buffer."""
+    n = len(texts)
+    # token_form of ASCII is lower(), which bytes.lower() does to the whole buffer at once (it touches
+    # ASCII letters only, so the already folded non-ASCII texts pass through unchanged). Texts are
+    # joined by line breaks, whitespace, so no word spans two.
+    forms = [t if t.isascii() else token_form(t) for t in texts]  # isascii() is O(1) in CPython
+    data = "\n".join([" ", *forms, _LOAD_PAD]).encode("utf-8").lower()
+    if len(data) == sum(map(len, forms)) + n + 1 + len(_LOAD_PAD):  # all ASCII: bytes == chars
+        sizes_of = map(len, forms)
+    else:
+        sizes_of = (len(f) if f.isascii() else len(f.encode("utf-8")) for f in forms)
+    lengths = np.fromiter(sizes_of, dtype=np.int64, count=n)
+    # Whitespace as in _words (9-13 and 28-32), by unsigned wrap-around: b - 9 < 5 or b - 28 < 5. The
+    # buffer starts and ends with a space, so word edges alternate start, end, start, end, ...
+    buf = np.frombuffer(data, dtype=np.uint8)
+    shifted = np.subtract(buf, 9, dtype=np.uint8)
+    space = shifted < 5
+    np.subtract(buf, 28, out=shifted)
+    space |= shifted < 5
+    edges = np.flatnonzero(space[1:] != space[:-1]) + 1
+    starts = edges[0::2]
+    sizes = edges[1::2] - starts
+    # A word is read as two unaligned little-endian 8-byte loads, its bytes 0-7 (lo) and 8-15 (hi),
+    # the bytes past its end masked off: for a word of up to 16 bytes the pair is the word itself,
+    # unless it ends in NUL bytes ("ab\0" loads as "ab"), so such words (only they: the value depends
+    # on the word alone) add their size to lo. The pair hashes to fmix64(fmix64(lo) ^ hi): for
+    # different lo, fmix64(lo) ^ fmix64(lo') is pseudo-random and matches hi ^ hi' by chance
+    # only (2^-64); for equal lo, fmix64 is a bijection. The rare word longer than 16 bytes takes
+    # Python's hash() of its bytes (SipHash, fixed for the life of the process, which is as long as
+    # these hashes are kept).
+    loads = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    clipped = np.minimum(sizes, 16)
+    lo = loads.take(starts)
+    lo &= _LO_MASK.take(clipped)
+    hi = loads.take(starts + 8)
+    hi &= _HI_MASK.take(clipped)
+    if b"\x00" in data:
+        ends_in_nul = np.flatnonzero(buf[starts + sizes - 1] == 0)
+        lo[ends_in_nul] += sizes[ends_in_nul].astype(np.uint64) * np.uint64(_SHORT_MARK)
+    _fmix64_inplace(lo)
+    lo ^= hi
+    words = _fmix64_inplace(lo)
+    longer = np.flatnonzero(sizes > 16)
+    if len(longer):
+        ends = (starts[longer] + sizes[longer]).tolist()
+        words[longer] = np.array(
+            [hash(data[a:b]) for a, b in zip(starts[longer].tolist(), ends)], dtype=np.int64
+        ).view(np.uint64)
+    # Text i starts after " \n" and the texts and separators before it; its words are
+    # first_word[i] .. first_word[i + 1] - 1.
+    first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths + 1)
+    words_per_text = np.diff(first_word, append=len(starts))
+    counts = np.maximum(words_per_text - (ngram - 1), 0)
+    m = len(words) - ngram + 1
+    if m > 0:
+        # Horner: sum of words[j + k] * C**(ngram - 1 - k), in place (uint64 arrays wrap silently).
+        combined = words[:m].copy()
+        for k in range(1, ngram):
+            combined *= _STREAM_C
+            combined += words[k : k + m]
+        owner = np.repeat(np.arange(n), words_per_text)
+        hashed = combined[owner[:m] == owner[ngram - 1 :]]  # windows inside one text
+    else:
+        hashed = np.empty(0, dtype=np.uint64)
+    if n == 0 or words_per_text.min() >= ngram:
+        return hashed, counts
+    short = (words_per_text > 0) & (words_per_text < ngram)
+    if not short.any():
+        return hashed, counts
+    # Short texts (1 <= words < ngram) have no window: their one shingle goes at their own offset.
+    counts = counts + short
+    out = np.empty(int(counts.sum()), dtype=np.uint64)
+    offsets = np.cumsum(counts) - counts
+    slots = np.ones(len(out), dtype=bool)
+    slots[offsets[short]] = False
+    out[slots] = hashed
+    values = []
+    for i in np.flatnonzero(short).tolist():
+        w = words[first_word[i] : first_word[i] + words_per_text[i]].tolist()
+        values.append((len(w) * _SHORT_MARK + sum(x * _C[k] for k, x in enumerate(w))) & _MASK64)
+    out[offsets[short]] = np.array(values, dtype=np.uint64)
+    return out, counts
 
 
 def shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarray:

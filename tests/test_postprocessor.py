@@ -13,15 +13,22 @@ from hypothesis import strategies as st
 from llama_index.core import Document, SummaryIndex
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import ImageNode, MetadataMode, NodeRelationship, NodeWithScore, TextNode
+from llama_index.core.schema import (
+    ImageNode,
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    TextNode,
+)
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from rag_dedup.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
 from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
+from rag_dedup.normalize import canonical
 from rag_dedup.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import jaccard, shingle_hashes, shingle_stream
 from rag_dedup.transform import DedupTransform
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -336,11 +343,201 @@ def test_jaccard_matrix_equals_pairwise_jaccard(raw_sets):
         assert m[i, j] == pytest.approx(jaccard(sets[i], sets[j]), abs=1e-12)
 
 
+def many_sets(kind: str) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    if kind == "short-runs":  # 100 sets over a wide range: values shared by few sets
+        return [np.unique(rng.integers(0, 5000, 40).astype(np.uint32)) for _ in range(100)]
+    shared = rng.choice(1 << 30, 5000 if kind == "wide-block" else 300, replace=False).astype(np.uint32)
+    own = [rng.integers(0, 1 << 30, 5).astype(np.uint32) for _ in range(70)]  # a few values of its own
+    sets = [np.unique(np.concatenate((shared[rng.random(len(shared)) < 0.9], values))) for values in own]
+    return [*sets, np.empty(0, dtype=np.uint32)]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("short-runs", id="pairs-counted-one-by-one"),
+        pytest.param("long-runs", id="pairs-counted-by-matrix-product"),
+        pytest.param("wide-block", id="matrix-product-in-column-blocks"),
+    ],
+)
+def test_jaccard_matrix_of_more_than_64_sets_equals_pairwise_jaccard(kind):
+    sets = many_sets(kind)
+    m = jaccard_matrix(sets)
+    for i in range(0, len(sets), 7):
+        assert m[i].tolist() == [jaccard(sets[i], b) if i != j else float(len(b) > 0) for j, b in enumerate(sets)]
+
+
+def test_jaccard_matrix_tells_apart_values_that_share_their_low_32_bits():
+    """Regression guard: the sets are sorted as 32-bit values shifted into 64-bit keys; wider values
+    (uint64 hashes, negative ints) must not be cut to their low 32 bits and merged."""
+    a = np.array([1, 2**40, 2**40 + 1], dtype=np.uint64)
+    b = np.array([1 + 2**40], dtype=np.uint64)
+    c = np.array([-(2**33) + 1, 1], dtype=np.int64)
+    m = jaccard_matrix([a, b, c])
+    assert m[0].tolist() == [1.0, 1 / 3, 1 / 4]
+    assert m[1, 2] == 0.0
+
+
 def test_jaccard_matrix_on_real_chunks_is_symmetric_with_unit_diagonal(chunks):
     sets = query_shingles([n.text for n in chunks[:50]])
     m = jaccard_matrix(sets)
     assert np.array_equal(m, m.T)
     assert np.all(np.diag(m) == 1.0)
+
+
+# --- the batch text path equals a pure-Python reference ---------------------------------------
+
+
+def reference_shingles(text: str, ngram: int = 5) -> set[tuple[str, ...]]:
+    """The definition, word tuples and all: words of canonical(text); fewer than ngram words make one
+    shingle of all of them; no words, no shingles."""
+    words = canonical(text).split()
+    if len(words) < ngram:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)}
+
+
+def reference_jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def reference_collapse(nodes: list[NodeWithScore], threshold: float = 0.8) -> list[tuple[str, list[tuple]]]:
+    """The greedy pass written plainly: in score order, fold a node into the first kept node whose text is
+    within the threshold; (kept id, [(folded id, reason, similarity), ...]) in score order."""
+    kept: list[tuple[NodeWithScore, set, list[tuple]]] = []
+    for nws in sorted(nodes, key=lambda n: n.score, reverse=True):
+        mine = reference_shingles(nws.node.get_content())
+        for other, theirs, folded in kept:
+            s = reference_jaccard(mine, theirs)
+            if s >= threshold:
+                folded.append((nws.node_id, "exact" if s >= 1.0 else "near", round(s, 4)))
+                break
+        else:
+            kept.append((nws, mine, []))
+    return [(k.node_id, folded) for k, _, folded in kept]
+
+
+def planted_batch(chunks: list[TextNode], start: int, size: int) -> list[str]:
+    """`size` consecutive real chunks, and planted copies of the first: exact copies, copies that differ in
+    case and spacing only, edited near-copies, and short, empty and odd texts (NUL bytes, long words,
+    non-ASCII), so that every rule of the text comparison is exercised on real text."""
+    texts = [n.text for n in chunks[start : start + size]]
+    base = chunks[start].text
+    return [
+        *texts,
+        base,  # an exact copy
+        "  " + base.upper().replace(" ", "\t", 3) + "\r\n",  # the same words, other case and spacing
+        edited(base),  # one word changed
+        " ".join(base.split()[: len(base.split()) // 2]),  # half of it
+        "MIT License",  # short texts: one shingle of all their words
+        "mit   LICENSE",
+        "Copyright",
+        "\u200b",  # no words at all after normalisation
+        "a\x00b c\x00 d e f g",  # NUL bytes inside and at the end of words
+        "a\x00b c d e f g",
+        "https://www.apache.org/licenses/LICENSE-2.0 https://www.apache.org/licenses/LICENSE-2.1 x y z",
+        "https://www.apache.org/licenses/LICENSE-2.0 https://www.apache.org/licenses/LICENSE-2.0 x y z",
+        "Ünïcode\u00a0Straße café naïve résumé façade",
+        "unicode straße café naïve résumé façade",
+    ]
+
+
+@pytest.mark.parametrize("start", [pytest.param(s, id=f"chunks-{s}") for s in (0, 37, 150, 400, 777)])
+def test_batch_similarity_equals_pure_python_jaccard_on_real_chunks(chunks, start):
+    texts = planted_batch(chunks, start, 30)
+    sets = [reference_shingles(t) for t in texts]
+    expected = np.array([[reference_jaccard(a, b) for b in sets] for a in sets])
+    np.fill_diagonal(expected, [1.0 if s else 0.0 for s in sets])
+    for cache_size in (0, 4096):
+        pp = DedupPostprocessor(cache_size=cache_size)
+        got = pp._similarity(texts)
+        assert np.array_equal(got, expected)
+        assert np.array_equal(pp._similarity(texts[::-1]), expected[::-1, ::-1])  # partly remembered
+
+
+def test_batch_similarity_with_more_than_64_texts_equals_pure_python_jaccard(chunks):
+    """More than 64 texts take the other counting paths (product or pair enumeration)."""
+    texts = [n.text for n in chunks[200:300]] + [n.text for n in chunks[200:220]]
+    sets = [reference_shingles(t) for t in texts]
+    expected = np.array([[reference_jaccard(a, b) for b in sets] for a in sets])
+    np.fill_diagonal(expected, [1.0 if s else 0.0 for s in sets])
+    assert np.array_equal(DedupPostprocessor(cache_size=0)._similarity(texts), expected)
+
+
+@pytest.mark.parametrize(
+    ("start", "size"),
+    [pytest.param(s, n, id=f"{n}-chunks-from-{s}") for s, n in ((0, 30), (150, 30), (777, 30), (300, 60))],
+)
+def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, size):
+    texts = planted_batch(chunks, start, size)
+    scores = [float((7 * i) % 11) for i in range(len(texts))]  # ties included: the input order breaks them
+    nodes = scored(texts, scores)
+    expected = reference_collapse(nodes)
+    kept = DedupPostprocessor().postprocess_nodes([n.model_copy(deep=True) for n in nodes])
+    got = [
+        (n.node_id, [(c["node_id"], c["reason"], c["similarity"]) for c in n.node.metadata[DEDUP_COLLAPSED]])
+        for n in kept
+    ]
+    assert got == expected
+
+
+def test_shingle_stream_hashes_equal_exactly_the_equal_shingles_of_the_whole_corpus(chunks):
+    """One hash per distinct shingle over the whole corpus (several buffer pieces), for three n-gram
+    sizes: no two different shingles share a hash, no shingle gets two."""
+    texts = [n.text for n in chunks] + planted_batch(chunks, 0, 0)
+    for ngram in (1, 3, 5):
+        hashes, counts = shingle_stream(texts, ngram)
+        assert len(hashes) == int(counts.sum())
+        owner_of: dict[int, tuple[str, ...]] = {}
+        position = 0
+        for text, count in zip(texts, counts.tolist()):
+            words = canonical(text).split()
+            shingles = [tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
+            if 0 < len(words) < ngram:
+                shingles = [tuple(words)]
+            assert len(shingles) == count
+            for value, shingle in zip(hashes[position : position + count].tolist(), shingles):
+                assert owner_of.setdefault(value, shingle) == shingle
+            position += count
+        assert len(set(owner_of.values())) == len(owner_of)
+
+
+def test_shingle_stream_hashes_a_text_alike_in_any_batch(chunks):
+    """Regression: a word's hash depended on its batch (whether any text of the batch held a NUL byte),
+    so shingles remembered from one query no longer matched the same text in the next."""
+    odd = planted_batch(chunks, 0, 0)
+    text = chunks[3].text + " https://www.apache.org/licenses/LICENSE-2.0 and_a_very_long_identifier_here"
+    alone, _ = shingle_stream([text])
+    for batch in ([text, *odd], [*odd, text], [chunks[5].text, text]):
+        hashes, counts = shingle_stream(batch)
+        at = batch.index(text)
+        start = int(counts[:at].sum())
+        assert np.array_equal(hashes[start : start + counts[at]], alone)
+
+
+def test_shingle_stream_refuses_bad_input():
+    with pytest.raises(TypeError, match="texts\\[1\\]"):
+        shingle_stream(["fine", b"bytes"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="ngram"):
+        shingle_stream(["fine"], 0)
+    hashes, counts = shingle_stream([])
+    assert len(hashes) == 0 and len(counts) == 0
+
+
+SMALL_VOCABULARY = st.sampled_from(["a", "b", "ab", "A", "é", "x" * 9, "y" * 17])  # 1-, 9- and 17-byte words
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.tuples(SMALL_VOCABULARY, WHITESPACE), max_size=12), min_size=2, max_size=12))
+def test_batch_similarity_equals_pure_python_jaccard_on_small_vocabularies(raw):
+    """A small vocabulary makes texts share and repeat shingles, and split runs in many ways."""
+    texts = ["".join(w + s for w, s in parts) for parts in raw]
+    got = DedupPostprocessor(cache_size=0, ngram=3)._similarity(texts)
+    sets = [reference_shingles(t, 3) for t in texts]
+    for i, j in itertools.product(range(len(texts)), repeat=2):
+        expected = (1.0 if sets[i] else 0.0) if i == j else reference_jaccard(sets[i], sets[j])
+        assert got[i, j] == expected
 
 
 # --- construction and serialisation --------------------------------------------------------------
