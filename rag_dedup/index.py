@@ -61,6 +61,7 @@ from rag_dedup.shingles import (
     canonical_digest,
     jaccard,
     jaccard_many,
+    jaccard_pairs,
     jaccard_upper_bounds,
     shingle_hashes_many,
     shingles_and_digests,
@@ -444,12 +445,15 @@ class DedupIndex:
         known: dict[tuple[int, int], float] = {}  # Jaccard of verified pairs, reused when clustering
         for g in involved:
             uf.add(min(component[g]))
-        for g in sorted(candidates):
-            root = uf.find(min(component[g]))
-            check = [c for c in sorted(candidates[g]) if uf.find(min(component[c])) != root]
-            if not check:
-                continue
-            for c, s in zip(check, jaccard_many(shingles[g], [shingles[c] for c in check]).tolist()):
+        # Every candidate pair once (two new groups propose each other), verified in one bulk call.
+        pairs = [(g, c) for g in sorted(candidates) for c in sorted(candidates[g]) if g < c or g not in candidates.get(c, ())]
+        if pairs:
+            ids = list(dict.fromkeys(x for pair in pairs for x in pair))
+            row = {g: i for i, g in enumerate(ids)}
+            left = np.fromiter((row[g] for g, _ in pairs), dtype=np.int64, count=len(pairs))
+            right = np.fromiter((row[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
+            sims = jaccard_pairs([shingles[g] for g in ids], left, right).tolist()
+            for (g, c), s in zip(pairs, sims):
                 known[(g, c)] = known[(c, g)] = s
                 if s >= self.threshold:
                     uf.union(min(component[g]), min(component[c]))

@@ -1,4 +1,5 @@
-"""The bulk candidate filter of add_many: a Jaccard upper bound that never drops a true duplicate pair."""
+"""The bulk candidate path of add_many: a Jaccard upper bound that never drops a true duplicate pair,
+and the bulk exact verification that equals the one-pair reference value for value."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 import rag_dedup.index as index_module
 from rag_dedup import DedupIndex, jaccard
-from rag_dedup.shingles import jaccard_upper_bounds, shingle_hashes_many
+from rag_dedup.shingles import jaccard_pairs, jaccard_upper_bounds, shingle_hashes_many
 from rag_dedup.storage.base import Storage
 from rag_dedup.storage.memory import MemoryStorage
 
@@ -72,13 +73,32 @@ def test_bound_property(shared: list[int], only_a: list[int], only_b: list[int])
     assert bounds[2] == (1.0 if len(b) else 0.0)
 
 
-def test_bound_counts_do_not_wrap_for_huge_sets() -> None:
-    """Regression guard: 70,000 shingles in one bucket overflow uint16 counts (70,000 mod 65,536), which
-    would make the bound too small and drop a true pair; the counts widen instead."""
-    a = np.arange(70_000, dtype=np.uint32)  # all in bucket 0 (top 8 bits are zero)
-    b = np.arange(35_000, dtype=np.uint32)
-    assert jaccard_upper_bounds([a, b], np.array([0]), np.array([1])).tolist() == [0.5]
+@pytest.mark.parametrize(
+    "size",
+    [pytest.param(300, id="uint8-overflow"), pytest.param(70_000, id="uint16-overflow")],
+)
+def test_bound_counts_do_not_wrap_for_large_sets(size: int) -> None:
+    """Regression guard: counts kept in too narrow a dtype wrap around (300 mod 256, 70,000 mod 65,536),
+    which makes the bound too small and would drop a true pair; the counts widen instead."""
+    a = np.arange(size, dtype=np.uint32)  # all in bucket 0 (top 8 bits are zero)
+    b = np.arange(size // 2, dtype=np.uint32)
+    small = np.array([1 << 31], dtype=np.uint32)  # a set with small counts in the same call
+    bounds = jaccard_upper_bounds([small, a, b], np.array([1, 0]), np.array([2, 1]))
+    assert bounds.tolist() == [0.5, 0.0]
     assert jaccard(a, b) == 0.5
+
+
+def test_bulk_exact_jaccard_equals_the_pairwise_reference(real_sets: list[np.ndarray]) -> None:
+    """jaccard_pairs gives the very floats jaccard gives (similarities are stored and compared across
+    build orders), over several blocks of pairs, in both orders, with empty sets and repeated sets."""
+    sets = [*real_sets[:70], np.empty(0, dtype=np.uint32), real_sets[0]]
+    left, right = all_pairs(len(sets))
+    left, right = np.concatenate((left, right, [70, 3])), np.concatenate((right, left, [70, 3]))
+    got = jaccard_pairs(sets, left, right)
+    assert len(left) > 2 * 1024
+    assert got.tolist() == [jaccard(sets[i], sets[j]) for i, j in zip(left.tolist(), right.tolist())]
+    assert got[-1] == 1.0 and got[-2] == 0.0
+    assert jaccard_pairs(sets, np.array([], dtype=np.int64), np.array([], dtype=np.int64)).tolist() == []
 
 
 def test_bound_of_no_pairs() -> None:
