@@ -450,8 +450,9 @@ def jaccard_pairs(sets: Sequence[np.ndarray], left: np.ndarray, right: np.ndarra
     return out
 
 
-# Pairs verified by jaccard_pairs at a time: bounds its tagged copies of the sets (~1.5 MB at 180 shingles).
-_PAIR_BLOCK = 1024
+# Pairs verified by jaccard_pairs at a time: bounds its temporaries (~1.5 MB at 180 shingles a set),
+# below those of MinHash, so that verification does not raise the peak memory of add_many.
+_PAIR_BLOCK = 256
 
 
 #: The Jaccard upper bound counts shingles in 2^8 = 256 buckets (the top 8 bits of a shingle hash).
@@ -499,8 +500,9 @@ def jaccard_upper_bounds(sets: Sequence[np.ndarray], left: np.ndarray, right: np
         flat = np.concatenate(part).astype(np.uint32, copy=False)
         owner = np.repeat(np.arange(len(part), dtype=np.int64) * k, sizes[lo : lo + len(part)])
         block = np.bincount(owner + (flat >> (32 - _BOUND_BITS)), minlength=len(part) * k)
-        most = max(most, int(block.max(initial=0)))
-        blocks.append(block)
+        top = int(block.max(initial=0))
+        most = max(most, top)
+        blocks.append(block.astype(np.uint16) if top < 1 << 16 else block)
     # The narrowest dtype that holds every count (uint8 for chunks; wider only for huge documents:
     # a count that wrapped around would make the bound too small).
     dtype = np.uint8 if most < 1 << 8 else np.uint16 if most < 1 << 16 else np.int64

@@ -95,7 +95,7 @@ def test_bulk_exact_jaccard_equals_the_pairwise_reference(real_sets: list[np.nda
     left, right = all_pairs(len(sets))
     left, right = np.concatenate((left, right, [70, 3])), np.concatenate((right, left, [70, 3]))
     got = jaccard_pairs(sets, left, right)
-    assert len(left) > 2 * 1024
+    assert len(left) > 2 * 256
     assert got.tolist() == [jaccard(sets[i], sets[j]) for i, j in zip(left.tolist(), right.tolist())]
     assert got[-1] == 1.0 and got[-2] == 0.0
     assert jaccard_pairs(sets, np.array([], dtype=np.int64), np.array([], dtype=np.int64)).tolist() == []
@@ -142,3 +142,35 @@ def test_memory_band_pairs_equal_the_generic_ones(batches: list[tuple[int, bool]
     assert rows.tolist() == ref_rows.tolist()
     assert gids.tolist() == ref_gids.tolist()
     assert rows.dtype == gids.dtype == np.int64
+
+
+def test_two_text_clusters_equal_split_component() -> None:
+    """The fast path for a component of two texts gives what split_component gives, with the default
+    policy and with a custom one (shortest text first)."""
+    from rag_dedup.clusters import split_component
+    from rag_dedup.policy import Member, longest_then_authority
+
+    def shortest(members):
+        return min(members, key=lambda m: (m.length, m.key))
+
+    base = list(chunks())[:120]
+    rng = random.Random(4)
+    items = base + [(f"near/{i}", edited(t, rng.uniform(0.0, 0.03), seed=i)) for i, (_, t) in enumerate(base[:40])]
+    texts = dict(items)
+    for policy in (None, shortest):
+        index = DedupIndex(threshold=0.8, policy=policy)
+        index.add_many(items)
+        pairs = [ms for _, ms in index.clusters(include_singletons=False) if len(ms) == 2]
+        assert len(pairs) >= 20
+        for a, b in pairs:
+            sets = dict(zip((a, b), shingle_hashes_many([texts[a], texts[b]])))
+            members = [Member(k, len(texts[k]), None, 0.0, None) for k in (a, b)]
+            expected = split_component(
+                members,
+                lambda m: m.key,
+                lambda g, others: [jaccard(sets[g], sets[o]) for o in others],
+                0.8,
+                policy or longest_then_authority,
+                index.drift_floor,
+            )
+            assert [(rep, sorted(ms)) for rep, ms in expected] == [(index.representative(a), sorted([(a, index.match(a).similarity), (b, index.match(b).similarity)]))]
