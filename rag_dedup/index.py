@@ -9,7 +9,9 @@ How a text is placed:
    P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
    pairs with J >= threshold become edges. An estimate from 128 permutations is noisy by about 0.035
-   at J = 0.8, so it proposes but never decides.
+   at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
+   (from bucket counts of the two sets, :func:`~rag_dedup.shingles.jaccard_upper_bounds`) is below
+   the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
 4. **Clusters.** Connected components of the edge graph are split around policy-chosen centers
    (:func:`~rag_dedup.clusters.split_component`): every member is within the threshold of its
    representative, or within ``drift_floor`` and a near-duplicate of another member, so a chain
@@ -53,12 +55,14 @@ from rag_dedup import lsh
 from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
-from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
+from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.shingles import (
     DEFAULT_NGRAM,
     canonical_digest,
     jaccard,
     jaccard_many,
+    jaccard_pairs,
+    jaccard_upper_bounds,
     shingle_hashes_many,
     shingles_and_digests,
 )
@@ -336,10 +340,9 @@ class DedupIndex:
             fresh_keys = band_keys[fresh]
             # Candidates among stored groups (asked before the new ones are filed, so a group does not
             # find itself), then among the new groups themselves.
-            candidates = storage.query_bands(fresh_keys)
+            rows, stored = storage.query_band_pairs(fresh_keys)
             new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
-            for row, others in _shared_rows(fresh_keys).items():
-                candidates[row].update(new_gids[o] for o in others)
+            candidates, fetched = self._plausible(fresh_sets, new_gids, rows, stored, _shared_pairs(fresh_keys))
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
             new_record = tuple.__new__
             records = {
@@ -353,7 +356,64 @@ class DedupIndex:
             shingles = dict(zip(new_gids, fresh_sets))
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
-            self._link_and_recluster(touched, dict(zip(new_gids, candidates)), shingles, fresh_items=records)
+            self._link_and_recluster(touched, candidates, shingles, fresh_items=records, fetched=fetched)
+
+    def _plausible(
+        self,
+        fresh_sets: Sequence[np.ndarray],
+        new_gids: Sequence[int],
+        rows: np.ndarray,
+        stored: np.ndarray,
+        among_new: tuple[np.ndarray, np.ndarray],
+    ) -> tuple[dict[int, set[int]], dict[int, np.ndarray]]:
+        """The LSH candidate pairs of new groups that may reach the threshold, and the stored shingles read.
+
+        LSH proposes every pair that shares a band, and on real text most of them share little else
+        (licence boilerplate, changelog lines): at 21 bands of 6 rows a pair with J = 0.5 is a
+        candidate with probability 0.28, and the number of such neighbours of a new text grows with
+        the index. :func:`~rag_dedup.shingles.jaccard_upper_bounds` gives every pair an upper bound of
+        its exact Jaccard from bucket counts, in bulk; a pair whose bound is below the threshold has
+        an exact Jaccard below it too and is dropped here. This is a bound, not an estimate: no pair
+        with J >= threshold is ever dropped, so the edges (and the clusters) are those of verifying
+        every candidate exactly, which :meth:`_link_and_recluster` still does for the pairs kept.
+
+        Why not the MinHash estimate: it is binomial, with standard deviation sqrt(J(1-J)/num_perm)
+        (0.035 at J = 0.8, 128 permutations), so any cut below the threshold drops a true pair with
+        some probability; and the stored groups keep no signature (128 x 4 bytes a group would break
+        the 2 KB-a-chunk memory budget). On 180-word real chunks the bound drops every candidate with
+        J < 0.7 and ~97% of those below 0.8, which is what the estimate would have been used for.
+
+        Args:
+            fresh_sets: The shingle sets of the new groups.
+            new_gids: Their group ids.
+            rows, stored: Candidate pairs among stored groups: new group ``new_gids[rows[i]]`` and
+                stored group ``stored[i]`` (from :meth:`Storage.query_band_pairs`).
+            among_new: Candidate pairs among the new groups, as two arrays of row numbers.
+
+        Returns:
+            ``{new gid: {candidate gids}}`` for the pairs kept, and the shingle sets of the stored
+            groups kept, by group id.
+        """
+        olds = np.unique(stored)
+        old_sets = self.storage.group_shingles(olds.tolist())
+        # Only new groups with a candidate take part (most have none): renumber them 0..n-1.
+        news = np.unique(np.concatenate((rows, *among_new)))
+        n = len(news)
+        left = np.searchsorted(news, np.concatenate((rows, among_new[0])))
+        right = np.concatenate((n + np.searchsorted(olds, stored), np.searchsorted(news, among_new[1])))
+        sets = [fresh_sets[i] for i in news.tolist()]
+        sets.extend(old_sets)
+        keep = jaccard_upper_bounds(sets, left, right) >= self.threshold
+        gid_of_row = np.concatenate((np.asarray(new_gids, dtype=np.int64)[news], olds))
+        new_gid_set = set(new_gids)
+        candidates: dict[int, set[int]] = {}
+        for g, c in zip(gid_of_row[left[keep]].tolist(), gid_of_row[right[keep]].tolist()):
+            candidates.setdefault(g, set()).add(c)
+            if c in new_gid_set:  # both new: each is the other's candidate, as LSH proposed
+                candidates.setdefault(c, set()).add(g)
+        wanted = set(right[keep][right[keep] >= n].tolist())
+        fetched = {int(olds[i - n]): old_sets[i - n] for i in wanted}
+        return candidates, fetched
 
     def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
         b, r = self.bands
@@ -365,8 +425,12 @@ class DedupIndex:
         candidates: Mapping[int, set[int]],
         shingles: dict[int, np.ndarray],
         fresh_items: Mapping[str, ItemRecord],
+        fetched: Mapping[int, np.ndarray] | None = None,
     ) -> None:
-        """Verify the candidates of new groups, merge components, and recluster what changed."""
+        """Verify the candidates of new groups, merge components, and recluster what changed.
+
+        ``shingles`` holds the new groups' sets; ``fetched``, stored groups' sets already read.
+        """
         storage = self.storage
         new_groups = set(shingles)
         # A new group with no candidates, holding one new item, is a cluster of its own: nothing to
@@ -376,20 +440,26 @@ class DedupIndex:
         touched = [g for g in touched if g in candidates or g not in shingles or new_items[g] > 1]
         if not touched:
             return
-        others = sorted({c for g, cs in candidates.items() for c in cs if c not in shingles})
-        shingles.update(zip(others, storage.group_shingles(others)))
+        others = sorted({c for g, cs in candidates.items() for c in cs if c not in new_groups})
+        if fetched:
+            shingles.update(fetched)
+        missing = [c for c in others if c not in shingles]
+        shingles.update(zip(missing, storage.group_shingles(missing)))
         involved = list(dict.fromkeys([*touched, *others]))
         component = dict(zip(involved, storage.component_members(involved)))
         uf: UnionFind[int] = UnionFind()
         known: dict[tuple[int, int], float] = {}  # Jaccard of verified pairs, reused when clustering
         for g in involved:
             uf.add(min(component[g]))
-        for g in sorted(candidates):
-            root = uf.find(min(component[g]))
-            check = [c for c in sorted(candidates[g]) if c != g and uf.find(min(component[c])) != root]
-            if not check:
-                continue
-            for c, s in zip(check, jaccard_many(shingles[g], [shingles[c] for c in check]).tolist()):
+        # Every candidate pair once (two new groups propose each other), verified in one bulk call.
+        pairs = [(g, c) for g in sorted(candidates) for c in sorted(candidates[g]) if g < c or g not in candidates.get(c, ())]
+        if pairs:
+            ids = list(dict.fromkeys(x for pair in pairs for x in pair))
+            row = {g: i for i, g in enumerate(ids)}
+            left = np.fromiter((row[g] for g, _ in pairs), dtype=np.int64, count=len(pairs))
+            right = np.fromiter((row[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
+            sims = jaccard_pairs([shingles[g] for g in ids], left, right).tolist()
+            for (g, c), s in zip(pairs, sims):
                 known[(g, c)] = known[(c, g)] = s
                 if s >= self.threshold:
                     uf.union(min(component[g]), min(component[c]))
@@ -470,6 +540,14 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
+        if len(members) == 2 and len(gids) == 2 and known is not None and (gids[0], gids[1]) in known:
+            # The common case, two texts joined by one verified edge: what split_component gives
+            # (the policy's center, and the other at the edge's similarity), without its machinery.
+            s = known[(gids[0], gids[1])]
+            if s >= self.threshold:
+                center = choose(self.policy, members)
+                other = members[1] if center.key == members[0].key else members[0]
+                return keys, [(center.key, [(center.key, 1.0), (other.key, float(s))])]
 
         def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
             if known is not None and all((g, o) in known for o in others):
@@ -702,25 +780,30 @@ class DedupIndex:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def _shared_rows(band_keys: np.ndarray) -> dict[int, set[int]]:
-    """For each row of an ``(n, b)`` band-key array, the other rows sharing at least one key."""
-    n, b = band_keys.shape
+def _shared_pairs(band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of rows of an ``(n, b)`` band-key array that share at least one key, each once.
+
+    Returns two int64 arrays ``(low, high)`` with ``low[i] < high[i]``, sorted.
+    """
+    b = band_keys.shape[1]
     flat = band_keys.reshape(-1)
     order = np.argsort(flat, kind="stable")
     ordered = flat[order]
     same = np.flatnonzero(ordered[1:] == ordered[:-1])
-    out: dict[int, set[int]] = {}
     if len(same) == 0:
-        return out
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     rows = order // b
     # Runs of equal keys: positions i..j with ordered[i] == ... == ordered[j].
     starts = same[np.concatenate(([True], same[1:] != same[:-1] + 1))]
     ends = same[np.concatenate((same[1:] != same[:-1] + 1, [True]))] + 1
+    pairs: set[tuple[int, int]] = set()
     for lo, hi in zip(starts.tolist(), ends.tolist()):
-        run = set(rows[lo : hi + 1].tolist())
-        for r in run:
-            out.setdefault(r, set()).update(run - {r})
-    return {r: s for r, s in out.items() if s}
+        run = sorted(set(rows[lo : hi + 1].tolist()))
+        pairs.update((x, y) for i, x in enumerate(run) for y in run[i + 1 :])
+    ordered_pairs = sorted(pairs)
+    low = np.fromiter((x for x, _ in ordered_pairs), dtype=np.int64, count=len(ordered_pairs))
+    high = np.fromiter((y for _, y in ordered_pairs), dtype=np.int64, count=len(ordered_pairs))
+    return low, high
 
 
 def _policy_name(policy: Policy) -> str:

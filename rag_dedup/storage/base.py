@@ -114,6 +114,19 @@ class Storage(ABC):
     def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
         """For each row of an ``(n, b)`` band-key array, the ids of groups sharing at least one bucket."""
 
+    def query_band_pairs(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`query_bands` as arrays: ``(rows, gids)``, one entry per distinct (row, group) pair.
+
+        Both are int64 arrays, sorted by row, then group id. The default builds them from
+        :meth:`query_bands`; a backend may override it to skip the Python sets (the bulk path of
+        ``add_many`` reads candidates this way).
+        """
+        found = self.query_bands(band_keys)
+        sizes = [len(s) for s in found]
+        rows = np.repeat(np.arange(len(found), dtype=np.int64), sizes)
+        gids = np.fromiter((g for s in found for g in sorted(s)), dtype=np.int64, count=sum(sizes))
+        return rows, gids
+
     # --- components -------------------------------------------------------------------------
     @abstractmethod
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:

@@ -121,29 +121,42 @@ class BandTable:
 
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
-        n, b = keys.shape
-        out: list[set[int]] = [set() for _ in range(n)]
+        out: list[set[int]] = [set() for _ in range(keys.shape[0])]
+        rows, gids = self.query_pairs(keys)
+        for row, gid in zip(rows.tolist(), gids.tolist()):
+            out[row].add(gid)
+        return out
+
+    def query_pairs(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`query` as arrays ``(rows, gids)``: each distinct (row, group) pair once, sorted (int64)."""
+        b = keys.shape[1]
         flat = keys.reshape(-1)
         order = np.argsort(flat)
         needles = flat[order]
         bounds = np.searchsorted(needles >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
+        row_parts, gid_parts = [], []
         for shard, run in enumerate(self._runs):
             lo, hi = bounds[shard], bounds[shard + 1]
             if lo == hi or not len(run):
                 continue
             idx, gids = run.lookup(needles[lo:hi])
-            for row, gid in zip((order[idx + lo] // b).tolist(), gids.tolist()):
-                out[row].add(gid)
+            row_parts.append(order[idx + lo] // b)
+            gid_parts.append(gids)
         if self._buffer:
             get = self._buffer.get
-            for i, k in enumerate(flat.tolist()):
-                gs = get(k)
-                if gs:
-                    out[i // b].update(gs)
+            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in get(k, ())]
+            row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
+            gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
+        if not row_parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        rows = np.concatenate(row_parts).astype(np.int64, copy=False)
+        gids = np.concatenate(gid_parts).astype(np.int64, copy=False)
         if self._dead:
-            for s in out:
-                s -= self._dead
-        return out
+            live = ~np.isin(gids, np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
+            rows, gids = rows[live], gids[live]
+        # Group ids are non-negative int32: (row, gid) packs into one int64 that sorts the same way.
+        pairs = np.unique((rows << 32) | gids)
+        return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _flush_buffer(self) -> None:
         if not self._buffer:
@@ -312,6 +325,9 @@ class MemoryStorage(Storage):
 
     def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
         return self.bands.query(band_keys)
+
+    def query_band_pairs(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.bands.query_pairs(band_keys)
 
     # --- components
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
