@@ -158,6 +158,7 @@ _LIST_CHARS = frozenset("-*+(\u2022\u2023\u25e6\u2043\u2219")
 # after them before punkt runs).
 _PUNKT_END = re.compile(r"[.?!]")
 _CJK_END = re.compile(r"(?<=[\u3002\uff01\uff1f\uff61])\s*(?=\S)")
+_CJK_STOP = re.compile(r"[\u3002\uff01\uff1f\uff61]")
 
 # A sentence longer than the chunk size is split into words (whitespace kept in front of each, as
 # tiktoken does; runs of 32+ non-space characters are split every 32), and the words into groups
@@ -559,6 +560,7 @@ def plan_chunks(
     tokens, gaps, scores, kinds, block_tokens = units.tokens, units.gaps, units.scores, units.kinds, units.block_tokens
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
+    expm1 = math.expm1
     hard = [False] * n  # a body must end before unit i
     last_block = 0
     for i in range(n):
@@ -584,12 +586,17 @@ def plan_chunks(
                     break
                 acc += cost
                 i += 1
-                if acc >= min_body and scores[i - 1] < _cut_probability(tokens[i - 1], mean_body):
+                # _cut_probability, inlined (the same expression, so the same float)
+                if acc >= min_body and scores[i - 1] < -expm1(-tokens[i - 1] / mean_body):
                     end = i
                     break
+            body = acc  # the cost of units [s, i), and i == end unless the cut is forced
             if end < 0:
-                end = n if i >= n else _forced_cut(tokens, gaps, scores, s, i, body_max)
-            body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
+                if i < n:
+                    end = _forced_cut(tokens, gaps, scores, s, i, body_max)
+                    body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
+                else:
+                    end = n
         first = s
         if plan and kinds[s] == CONTINUES:
             room = min(chunk_overlap, chunk_size - body)
@@ -1023,9 +1030,10 @@ class SentenceChunker(MetadataAwareTextSplitter):
     def _sentences(self, text: str) -> Iterator[tuple[int, int, int]]:
         """``(start, end, kind)`` per sentence, in order; ``kind`` as in :class:`Units`."""
         punkt = self._sentence_tokenizer()
+        any_cjk = _CJK_STOP.search(text) is not None  # one scan instead of one per block
         for b_start, b_end, heading in _blocks(text):
             kind = STARTS_HEADING if heading else STARTS_BLOCK
-            cjk = None if heading else _CJK_END.search(text, b_start, b_end)
+            cjk = None if heading or not any_cjk else _CJK_END.search(text, b_start, b_end)
             mark = None if heading or cjk else _PUNKT_END.search(text, b_start, b_end)
             if not cjk and (mark is None or mark.end() == b_end):
                 # No mark, or only the final one: punkt has no candidate (one needs text after it).
