@@ -485,20 +485,38 @@ class Units:
     ``kinds[i]`` is :data:`CONTINUES`, :data:`STARTS_BLOCK` or :data:`STARTS_HEADING`;
     ``block_tokens[i]`` is the size of the block that unit ``i`` starts, counted as a chunk of it
     would be (0 if it starts none).
+    ``scores[i]`` is the unit's cut score (:func:`_unit_hash` of its text), or None until
+    :meth:`score` computes it with ``score_of(text[starts[i]:ends[i]])``: most units never need one
+    (a body shorter than ``min_body`` cannot end), so :func:`_units` leaves them to be computed.
     """
 
-    __slots__ = ("block_tokens", "ends", "gaps", "kinds", "scores", "starts", "tokens")
+    __slots__ = ("_score_of", "_text", "block_tokens", "ends", "gaps", "kinds", "scores", "starts", "tokens")
 
-    def __init__(self) -> None:
+    def __init__(self, text: str = "", score_of: Callable[[str], float] | None = None) -> None:
+        self._text = text
+        self._score_of = score_of
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.tokens: list[int] = []
         self.gaps: list[int] = []
-        self.scores: list[float] = []
+        self.scores: list[float | None] = []
         self.kinds: list[int] = []
         self.block_tokens: list[int] = []
 
-    def append(self, start: int, end: int, tokens: int, gap: int, score: float, kind: int) -> None:
+    def score(self, i: int) -> float:
+        """The cut score of unit ``i``: ``scores[i]``, computed and stored on first use if None.
+
+        Raises:
+            ValueError: ``scores[i]`` is None and the units were built without ``score_of``.
+        """
+        score = self.scores[i]
+        if score is None:
+            if self._score_of is None:
+                raise ValueError(f"unit {i} has no score and Units() was given no score_of to compute it")
+            score = self.scores[i] = self._score_of(self._text[self.starts[i] : self.ends[i]])
+        return score
+
+    def append(self, start: int, end: int, tokens: int, gap: int, score: float | None, kind: int) -> None:
         self.starts.append(start)
         self.ends.append(end)
         self.tokens.append(tokens)
@@ -557,7 +575,8 @@ def plan_chunks(
         ``(first, body_first, end)`` per chunk: units ``[first, end)`` form the chunk, of which
         ``[first, body_first)`` repeat the end of the previous body. The bodies tile the units.
     """
-    tokens, gaps, scores, kinds, block_tokens = units.tokens, units.gaps, units.scores, units.kinds, units.block_tokens
+    tokens, gaps, kinds, block_tokens = units.tokens, units.gaps, units.kinds, units.block_tokens
+    score = units.score
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
     expm1 = math.expm1
@@ -587,13 +606,13 @@ def plan_chunks(
                 acc += cost
                 i += 1
                 # _cut_probability, inlined (the same expression, so the same float)
-                if acc >= min_body and scores[i - 1] < -expm1(-tokens[i - 1] / mean_body):
+                if acc >= min_body and score(i - 1) < -expm1(-tokens[i - 1] / mean_body):
                     end = i
                     break
             body = acc  # the cost of units [s, i), and i == end unless the cut is forced
             if end < 0:
                 if i < n:
-                    end = _forced_cut(tokens, gaps, scores, s, i, body_max)
+                    end = _forced_cut(tokens, gaps, score, s, i, body_max)
                     body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
                 else:
                     end = n
@@ -612,7 +631,7 @@ def plan_chunks(
 
 
 def _forced_cut(
-    tokens: Sequence[int], gaps: Sequence[int], scores: Sequence[float], s: int, stop: int, body_max: int
+    tokens: Sequence[int], gaps: Sequence[int], score_of: Callable[[int], float], s: int, stop: int, body_max: int
 ) -> int:
     """End of a body that reached ``body_max`` at unit ``stop`` with no content-defined cut before.
 
@@ -626,7 +645,7 @@ def _forced_cut(
     half = body_max / 2
     for j in range(s, stop):
         acc += tokens[j] + gaps[j]
-        score = scores[j]
+        score = score_of(j)
         if score < fallback_score:
             fallback, fallback_score = j + 1, score
         if acc >= half and score < best_score:
@@ -658,13 +677,14 @@ class _Counts:
     sentence, where pydantic's private-attribute lookup would cost as much as the memo.
     """
 
-    __slots__ = ("_gaps", "_sentences", "_words", "count", "tokenizer")
+    __slots__ = ("_gaps", "_scores", "_sentences", "_words", "count", "tokenizer")
 
     def __init__(self, tokenizer: Callable[[str], Sequence[Any]]) -> None:
         self.tokenizer = tokenizer
         #: ``len(tokenizer(text))``; see :func:`_token_counter`.
         self.count: Callable[[str], int] = _token_counter(tokenizer)
-        self._sentences: dict[str, tuple[int, float]] = {}
+        self._sentences: dict[str, int] = {}
+        self._scores: dict[str, float] = {}
         self._gaps: dict[str, int] = {}
         self._words: dict[str, int] = {}
 
@@ -681,13 +701,28 @@ class _Counts:
 
     def sentence(self, sentence: str) -> tuple[int, float]:
         """``(tokens, score)`` of a trimmed sentence or piece."""
+        return self.tokens(sentence), self.score(sentence)
+
+    def tokens(self, sentence: str) -> int:
+        """The token count of a trimmed sentence or piece."""
         hit = self._sentences.get(sentence)
         if hit is None:
-            hit = (self.count(sentence), _unit_hash(sentence))
+            hit = self.count(sentence)
             if len(sentence) <= _MEMO_MAX_KEY:
                 if len(self._sentences) >= _MEMO_LIMIT:
                     self._sentences.clear()
                 self._sentences[sentence] = hit
+        return hit
+
+    def score(self, sentence: str) -> float:
+        """The cut score (:func:`_unit_hash`) of a trimmed sentence or piece."""
+        hit = self._scores.get(sentence)
+        if hit is None:
+            hit = _unit_hash(sentence)
+            if len(sentence) <= _MEMO_MAX_KEY:
+                if len(self._scores) >= _MEMO_LIMIT:
+                    self._scores.clear()
+                self._scores[sentence] = hit
         return hit
 
     def gap(self, text: str, start: int, end: int) -> int:
@@ -757,9 +792,9 @@ def _token_counter(tokenizer: Callable[[str], Sequence[Any]]) -> Callable[[str],
 
 
 def _units(text: str, sentences: Iterator[tuple[int, int, int]], budget: int, counts: _Counts) -> Units:
-    """The sentences of ``text`` as units with token counts and scores; a sentence of more than
-    ``budget`` tokens becomes several units (its lines, or word groups)."""
-    units = Units()
+    """The sentences of ``text`` as units with token counts (scores computed when first asked for);
+    a sentence of more than ``budget`` tokens becomes several units (its lines, or word groups)."""
+    units = Units(text, counts.score)
     starts, ends, tokens, gaps, scores, kinds, blocks = (
         units.starts,
         units.ends,
@@ -769,18 +804,19 @@ def _units(text: str, sentences: Iterator[tuple[int, int, int]], budget: int, co
         units.kinds,
         units.block_tokens,
     )
-    memo, sentence_counts, gap = counts._sentences, counts.sentence, counts.gap
+    memo, sentence_tokens, gap = counts._sentences, counts.tokens, counts.gap
     prev_end = 0
     for s, e, kind in sentences:
         sentence = text[s:e]
-        hit = memo.get(sentence)
-        count, score = hit if hit is not None else sentence_counts(sentence)
+        count = memo.get(sentence)
+        if count is None:
+            count = sentence_tokens(sentence)
         if count <= budget:
             starts.append(s)
             ends.append(e)
             tokens.append(count)
             gaps.append(gap(text, prev_end, s))
-            scores.append(score)
+            scores.append(None)
             kinds.append(kind)
             blocks.append(0)
         else:
