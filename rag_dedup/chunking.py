@@ -1205,10 +1205,18 @@ class SentenceChunker(MetadataAwareTextSplitter):
             start_char_idx=0,
             end_char_idx=0,
         )
+        # copy.copy(template) and an update of its __dict__, inlined: pydantic's __copy__ copies the
+        # four attributes set below the same way, through three nested copy.copy calls per node.
+        fields = template.__dict__
+        fields_set = template.__pydantic_fields_set__
+        extra = template.__pydantic_extra__  # None: TextNode allows no extra fields
+        private = template.__pydantic_private__  # None: TextNode has no private attributes
+        new, set_attr = TextNode.__new__, object.__setattr__
         built = []
         for i, (chunk, (s, e)) in enumerate(zip(chunks, spans)):
-            child = copy.copy(template)
-            child.__dict__.update(
+            child = new(TextNode)
+            state = dict(fields)
+            state.update(
                 id_=id_func(i, node),
                 text=chunk,
                 embedding=None if embedding is None else list(embedding),
@@ -1219,6 +1227,10 @@ class SentenceChunker(MetadataAwareTextSplitter):
                 start_char_idx=s,
                 end_char_idx=e,
             )
+            set_attr(child, "__dict__", state)
+            set_attr(child, "__pydantic_extra__", copy.copy(extra))
+            set_attr(child, "__pydantic_fields_set__", set(fields_set))
+            set_attr(child, "__pydantic_private__", copy.copy(private))
             built.append(child)
         return built
 
@@ -1236,7 +1248,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
 
         def info(i: int) -> RelatedNodeInfo:
             if i not in infos:
-                infos[i] = nodes[i].as_related_node_info()
+                infos[i] = _related_node_info(nodes[i])
             return infos[i]
 
         for i in range(len(nodes) - 1):
@@ -1244,6 +1256,20 @@ class SentenceChunker(MetadataAwareTextSplitter):
                 nodes[i + 1].relationships[NodeRelationship.PREVIOUS] = info(i)
                 nodes[i].relationships[NodeRelationship.NEXT] = info(i + 1)
         return nodes
+
+
+def _related_node_info(node: BaseNode) -> RelatedNodeInfo:
+    """``node.as_related_node_info()``, built without validation for a ``TextNode``.
+
+    Its values are already valid: a str id, ``ObjectType.TEXT``, a str hash, and the metadata
+    copied shallowly, as pydantic's ``dict[str, Any]`` validation copies it; the fields set are the
+    same four. Other node types take ``as_related_node_info()``.
+    """
+    if type(node) is not TextNode:
+        return node.as_related_node_info()
+    return RelatedNodeInfo.model_construct(
+        node_id=node.id_, node_type=TextNode.get_type(), metadata=dict(node.metadata), hash=node.hash
+    )
 
 
 def _span_ids(doc_id: str, spans: Sequence[Span]) -> Callable[[int, BaseNode], str]:
