@@ -255,7 +255,8 @@ class _Punkt:
         lang_vars = self._tokenizer._lang_vars
         self._period = _unguarded(lang_vars.period_context_re())
         self._realign = _unguarded(lang_vars.re_boundary_realignment)
-        self._memo: dict[str, bool] = {}
+        self._memo: dict[str, bool] = {}  # punkt's own decisions, by context
+        self._decisions: dict[tuple[str, str, str], bool] = {}  # all decisions, by (word, mark, after)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"params": self._params}  # patterns are recompiled and the memo rebuilt
@@ -309,10 +310,18 @@ class _Punkt:
 
     def _decide(self, text: str, match: Any, word_start: int, word_stop: int, last_break: int, slices: list[Span]) -> int:
         word = text[word_start:word_stop]
-        after = match.group("after_tok")
-        brk = self._simple_breaks(word, match.group(), match.group("next_tok"), after)
-        if brk is None:
-            brk = self._breaks(word + match.group() + after)
+        mark = match.group()
+        after = match.group("after_tok")  # the next token is the non-space end of it, if any
+        key = (word, mark, after)
+        brk = self._decisions.get(key)
+        if brk is None:  # half the candidates repeat a context already decided
+            brk = self._simple_breaks(word, mark, match.group("next_tok"), after)
+            if brk is None:
+                brk = self._breaks(word + mark + after)
+            if len(word) + len(mark) + len(after) <= _MEMO_MAX_KEY:
+                if len(self._decisions) >= _MEMO_LIMIT:
+                    self._decisions.clear()
+                self._decisions[key] = brk
         if not brk:
             return last_break
         slices.append((last_break, match.end()))
@@ -760,8 +769,8 @@ def _token_counter(tokenizer: Callable[[str], Sequence[Any]]) -> Callable[[str],
     LlamaIndex's default tokenizer is ``partial(encoding.encode, allowed_special="all")`` for a
     tiktoken encoding. On a text that contains no special token (none contains their common prefix,
     "<|" for every OpenAI encoding) that is ``encoding.encode_ordinary(text)``, which skips the
-    search for special tokens (a tenth of the time); texts with the prefix, other tokenizers, and
-    encodings whose special tokens share no prefix take ``tokenizer`` itself.
+    search for special tokens (a tenth of the time); texts with the prefix or with lone surrogates,
+    other tokenizers, and encodings whose special tokens share no prefix take ``tokenizer`` itself.
     """
 
     def count(text: str) -> int:
@@ -783,10 +792,17 @@ def _token_counter(tokenizer: Callable[[str], Sequence[Any]]) -> Callable[[str],
     prefix = os.path.commonprefix(sorted(encoding.special_tokens_set))
     if not prefix:
         return count
-    ordinary = encoding.encode_ordinary
+    # encode_ordinary's core, without its wrapper; the wrapper's one other path (a text with lone
+    # surrogates, which the core cannot take) goes through tokenizer itself.
+    ordinary = encoding._core_bpe.encode_ordinary
 
     def count_ordinary(text: str) -> int:
-        return len(tokenizer(text)) if prefix in text else len(ordinary(text))
+        if prefix in text:
+            return len(tokenizer(text))
+        try:
+            return len(ordinary(text))
+        except UnicodeEncodeError:
+            return len(tokenizer(text))
 
     return count_ordinary
 
