@@ -821,6 +821,7 @@ def _units(text: str, sentences: Iterator[tuple[int, int, int]], budget: int, co
         units.block_tokens,
     )
     memo, sentence_tokens, gap = counts._sentences, counts.tokens, counts.gap
+    gap_memo, first_word = counts._gaps, _FIRST_WORD.match  # _Counts.gap's memo hit, inlined
     prev_end = 0
     for s, e, kind in sentences:
         sentence = text[s:e]
@@ -831,7 +832,11 @@ def _units(text: str, sentences: Iterator[tuple[int, int, int]], budget: int, co
             starts.append(s)
             ends.append(e)
             tokens.append(count)
-            gaps.append(gap(text, prev_end, s))
+            if prev_end == s:
+                gaps.append(0)
+            else:
+                delta = gap_memo.get(text[prev_end : first_word(text, s).end()])
+                gaps.append(gap(text, prev_end, s) if delta is None else delta)
             scores.append(None)
             kinds.append(kind)
             blocks.append(0)
