@@ -1264,7 +1264,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
         """
         if not self.include_prev_next_rel or len(nodes) < 2:
             return nodes
-        sources = [n.source_node.node_id if n.source_node is not None else None for n in nodes]
+        sources = [None if src is None else src.node_id for src in (n.source_node for n in nodes)]
         infos: dict[int, RelatedNodeInfo] = {}
 
         def info(i: int) -> RelatedNodeInfo:
