@@ -793,8 +793,9 @@ def _token_counter(tokenizer: Callable[[str], Sequence[Any]]) -> Callable[[str],
     if not prefix:
         return count
     # encode_ordinary's core, without its wrapper; the wrapper's one other path (a text with lone
-    # surrogates, which the core cannot take) goes through tokenizer itself.
-    ordinary = encoding._core_bpe.encode_ordinary
+    # surrogates, which the core cannot take) goes through tokenizer itself. _core_bpe is tiktoken's
+    # private attribute: without it, the public encode_ordinary (same tokens, a little slower).
+    ordinary = getattr(getattr(encoding, "_core_bpe", None), "encode_ordinary", None) or encoding.encode_ordinary
 
     def count_ordinary(text: str) -> int:
         if prefix in text:
