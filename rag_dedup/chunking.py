@@ -588,7 +588,6 @@ def plan_chunks(
     score = units.score
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
-    expm1 = math.expm1
     hard = [False] * n  # a body must end before unit i
     last_block = 0
     for i in range(n):
@@ -614,8 +613,7 @@ def plan_chunks(
                     break
                 acc += cost
                 i += 1
-                # _cut_probability, inlined (the same expression, so the same float)
-                if acc >= min_body and score(i - 1) < -expm1(-tokens[i - 1] / mean_body):
+                if acc >= min_body and score(i - 1) < _cut_probability(tokens[i - 1], mean_body):
                     end = i
                     break
             body = acc  # the cost of units [s, i), and i == end unless the cut is forced

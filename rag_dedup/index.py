@@ -55,7 +55,7 @@ from rag_dedup import lsh
 from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
-from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
+from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
 from rag_dedup.shingles import (
     DEFAULT_NGRAM,
     canonical_digest,
@@ -540,14 +540,6 @@ class DedupIndex:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             gid_of[key] = rec.gid
             members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
-        if len(members) == 2 and len(gids) == 2 and known is not None and (gids[0], gids[1]) in known:
-            # The common case, two texts joined by one verified edge: what split_component gives
-            # (the policy's center, and the other at the edge's similarity), without its machinery.
-            s = known[(gids[0], gids[1])]
-            if s >= self.threshold:
-                center = choose(self.policy, members)
-                other = members[1] if center.key == members[0].key else members[0]
-                return keys, [(center.key, [(center.key, 1.0), (other.key, float(s))])]
 
         def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
             if known is not None and all((g, o) in known for o in others):

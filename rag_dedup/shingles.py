@@ -97,14 +97,15 @@ def _fmix64_py(x: int) -> int:
     return x ^ (x >> 33)
 
 
+_U33 = np.uint64(33)
+_STREAM_C = np.uint64(_C[1])
+_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
 def fmix64(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, element-wise on a ``uint64`` array (a bijection)."""
-    x = x ^ (x >> np.uint64(33))
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
+    """MurmurHash3's 64-bit finaliser, element-wise on a ``uint64`` array (a bijection); ``x`` is kept."""
+    return _fmix64_inplace(x.copy())
 
 
 def _fmix64_inplace(x: np.ndarray) -> np.ndarray:
@@ -115,12 +116,6 @@ def _fmix64_inplace(x: np.ndarray) -> np.ndarray:
     x *= _FMIX_K2
     x ^= x >> _U33
     return x
-
-
-_U33 = np.uint64(33)
-_STREAM_C = np.uint64(_C[1])
-_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
-_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
 class _Powers:
@@ -569,7 +564,6 @@ def jaccard_many(a: np.ndarray, others: Sequence[np.ndarray]) -> np.ndarray:
     inter = np.add.reduceat(hits, starts)
     out[nonempty] = inter / (len(a) + sizes[nonempty] - inter)
     return out
-
 
 
 def jaccard_pairs(sets: Sequence[np.ndarray], left: np.ndarray, right: np.ndarray) -> np.ndarray:

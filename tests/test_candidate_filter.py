@@ -145,8 +145,8 @@ def test_memory_band_pairs_equal_the_generic_ones(batches: list[tuple[int, bool]
 
 
 def test_two_text_clusters_equal_split_component() -> None:
-    """The fast path for a component of two texts gives what split_component gives, with the default
-    policy and with a custom one (shortest text first)."""
+    """A component of two texts gets what split_component gives for the two on their own, with the
+    default policy and with a custom one (shortest text first)."""
     from rag_dedup.clusters import split_component
     from rag_dedup.policy import Member, longest_then_authority
 
