@@ -75,10 +75,21 @@ __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "IndexMismatchError", "M
 FORMAT_VERSION = 1
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
 SHINGLING = "words-poly64-fmix64-v1"
-# Items are indexed in batches of this many: bounds the temporaries (signatures, band keys) of add_many.
+# add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
+# when that is more (at most _BATCH_MAX). A batch's temporaries (signatures, band keys) stay a small
+# share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
+# were batches fixed while the tables grow, every lookup would be a cache miss in a table far larger
+# than the batch, and each merge would copy a larger table for the same few new entries.
 _BATCH = 1024
+_BATCH_SHARE = 16
+_BATCH_MAX = 16384
 
 Kind = Literal["unique", "exact", "near"]
+
+
+def _batch_size(indexed: int) -> int:
+    """How many items :meth:`DedupIndex.add_many` takes in its next batch, ``indexed`` items in."""
+    return min(_BATCH_MAX, max(_BATCH, indexed // _BATCH_SHARE))
 
 
 class IndexMismatchError(ValueError):
@@ -278,7 +289,8 @@ class DedupIndex:
 
         Raises:
             TypeError, ValueError: As :meth:`add`, naming the offending item; nothing is added then
-                from the batch of up to 1024 items that held it.
+                from the batch that held it (batches of 1,024 items, or of a sixteenth of the
+                items already indexed when that is more, at most 16,384).
 
         The cyclic garbage collector is paused while this runs and restored afterwards.
         """
@@ -296,8 +308,11 @@ class DedupIndex:
         paused = gc.isenabled()
         gc.disable()
         try:
-            for start in range(0, len(parsed), _BATCH):
-                self._add_batch(parsed[start : start + _BATCH])
+            start = 0
+            while start < len(parsed):
+                size = _batch_size(len(self))
+                self._add_batch(parsed[start : start + size])
+                start += size
             return self.matches([item.key for item in parsed])
         finally:
             if paused:

@@ -9,6 +9,7 @@ from collections import defaultdict
 import pytest
 from corpus import chunks, documents, edited
 
+import rag_dedup.index as index_module
 from rag_dedup import DedupIndex, Match, Member, jaccard, shingle_hashes
 from rag_dedup.shingles import shingle_hashes_many
 
@@ -115,6 +116,29 @@ def test_clusters_do_not_depend_on_order_or_batching(built: DedupIndex, corpus_i
     keys = [k for k, _ in corpus_items]
     assert partition(index, keys) == partition(built, keys)
     assert [m.similarity for m in index.matches(keys)] == [m.similarity for m in built.matches(keys)]
+
+
+def test_growing_batches_give_the_clusters_of_one_by_one(built: DedupIndex, corpus_items, monkeypatch) -> None:
+    """add_many's batches grow with the index (so lookups and merges stay in order); guards a batch
+    boundary that loses candidates between batches or mis-slices the items (skipped or repeated)."""
+    monkeypatch.setattr(index_module, "_BATCH", 16)
+    monkeypatch.setattr(index_module, "_BATCH_SHARE", 4)
+    monkeypatch.setattr(index_module, "_BATCH_MAX", 90)
+    sizes: list[int] = []
+    add_batch = DedupIndex._add_batch
+    monkeypatch.setattr(DedupIndex, "_add_batch", lambda self, items: (sizes.append(len(items)), add_batch(self, items)))
+    index = DedupIndex(threshold=0.8)
+    got = index.add_many(corpus_items)
+    keys = [k for k, _ in corpus_items]
+    assert sum(sizes) == len(keys) and sizes[0] == 16 and max(sizes) == 90 and len(set(sizes)) > 3
+    assert partition(index, keys) == partition(built, keys)
+    assert got == built.matches(keys)
+
+
+def test_batch_size_grows_with_the_index_between_bounds() -> None:
+    assert index_module._batch_size(0) == index_module._BATCH
+    assert index_module._batch_size(64 * 1024) == 64 * 1024 // index_module._BATCH_SHARE
+    assert index_module._batch_size(10**9) == index_module._BATCH_MAX
 
 
 def test_add_many_results_equal_matches_after_the_batch(corpus_items) -> None:
