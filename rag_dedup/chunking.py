@@ -945,7 +945,10 @@ class SentenceChunker(MetadataAwareTextSplitter):
         chunk_overlap: maximum tokens repeated from the previous chunk; below ``chunk_size``.
         mean_body_size: mean tokens between sentence cuts (a body is at least half of it before a
             sentence may end it); default ``(chunk_size - chunk_overlap) // 2``. Smaller gives more,
-            smaller chunks, and finds more passages copied into the middle of paragraphs.
+            smaller chunks, and finds more passages copied into the middle of paragraphs, where no
+            paragraph break marks them: such a passage is found only if it holds a whole chunk. In
+            ``benchmarks/bench_chunking.py`` (6-15-sentence passages, 256/64), 16 finds 98% of them with
+            chunks of about 45 tokens; the default finds 59% with chunks of about 135.
         language: punkt model (a directory of ``tokenizers/punkt_tab``).
         metadata_aware: subtract each document's metadata string's tokens from ``chunk_size``.
         tokenizer: callable returning the tokens of a string; default LlamaIndex's ``get_tokenizer()``.

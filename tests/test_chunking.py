@@ -306,6 +306,23 @@ def test_a_passage_spliced_inside_paragraphs_gets_identical_interior_chunks(corp
     assert a[:-1] == b[: len(a) - 1]
 
 
+@pytest.mark.parametrize("first", [0, 20, 45, 70, 95])
+def test_a_small_mean_body_finds_a_short_passage_spliced_into_running_text(corpus: dict[str, str], first: int) -> None:
+    """The README's setting for passages spliced mid-paragraph: with ``mean_body_size=16`` a passage of
+    six sentences holds a chunk that is the same in both hosts. Guards the documented trade-off (with
+    the default, 96, a passage shorter than a chunk body seldom holds a whole chunk)."""
+    chunker = SentenceChunker(mean_body_size=16)
+    passage = _passage("licenses/GPL-3.txt", first, 6, chunker)
+    inside = []
+    for host_name, fraction in [("copyright/openssl.txt", 0.4), ("copyright/libllvm15.txt", 0.6)]:
+        host = corpus[host_name]
+        offset = next(s for s, _ in chunker.sentence_spans(host) if s >= len(host) * fraction)
+        text = host[:offset] + passage + " " + host[offset:]
+        end = offset + len(passage)
+        inside.append({text[s:e] for s, e in chunker.chunk_spans(text) if offset <= s and e <= end})
+    assert inside[0] & inside[1]
+
+
 def test_prepending_a_paragraph_moves_no_boundary_after_it(corpus: dict[str, str]) -> None:
     chunker = SentenceChunker()
     text = corpus["licenses/MPL-2.0.txt"]
