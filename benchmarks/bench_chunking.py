@@ -20,8 +20,9 @@ can only be found if a chunk of each host lies almost wholly inside it (Jaccard 
 about a tenth of host text in each), so passages shorter than a chunk are found far less often. The
 rows ``mean_body=N`` are SentenceChunker with a smaller ``mean_body_size`` (the default is half of
 ``chunk_size - chunk_overlap``: 96 tokens): more, smaller chunks, and the found rate that buys. Then
-the throughput of both chunkers on the same documents with the same tokenizer (LlamaIndex's default), in one run, and SentenceChunker's time per MB on one-line
-documents of 0.5 to 5 MB (linear time).
+the throughput of both chunkers on the same documents with the same tokenizer (LlamaIndex's
+default), in one run, and SentenceChunker's time per MB on one-line documents of 0.5 to 5 MB
+(linear time).
 
 Text (from this machine; tests/data/corpus if the Debian documentation is missing):
 

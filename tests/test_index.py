@@ -118,7 +118,7 @@ def test_clusters_do_not_depend_on_order_or_batching(built: DedupIndex, corpus_i
     assert [m.similarity for m in index.matches(keys)] == [m.similarity for m in built.matches(keys)]
 
 
-def test_growing_batches_give_the_clusters_of_one_by_one(built: DedupIndex, corpus_items, monkeypatch) -> None:
+def test_growing_batches_give_the_clusters_of_a_single_batch(built: DedupIndex, corpus_items, monkeypatch) -> None:
     """add_many's batches grow with the index (so lookups and merges stay in order); guards a batch
     boundary that loses candidates between batches or mis-slices the items (skipped or repeated)."""
     monkeypatch.setattr(index_module, "_BATCH", 16)
