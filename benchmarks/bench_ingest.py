@@ -25,9 +25,9 @@ from llama_index.core import Document
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
 
-from rag_dedup.chunking import SentenceChunker
+from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
-from rag_dedup.transform import DedupTransform
+from rag_dedup.llama_index.transform import DedupTransform
 
 ROOT = Path(__file__).resolve().parent.parent
 

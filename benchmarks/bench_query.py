@@ -37,11 +37,11 @@ from llama_index.core import Document
 from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from rag_dedup.chunking import SentenceChunker
-from rag_dedup.postprocessor import DedupPostprocessor
-from rag_dedup.retriever import DistinctRetriever
+from rag_dedup.llama_index.chunking import SentenceChunker
+from rag_dedup.llama_index.postprocessor import DedupPostprocessor
+from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import jaccard, shingle_hashes
-from rag_dedup.transform import DedupTransform
+from rag_dedup.llama_index.transform import DedupTransform
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPORA = [ROOT / "tests" / "data" / "corpus", ROOT / "examples" / "data"]

@@ -21,7 +21,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from rag_dedup import DedupPostprocessor, DedupTransform, DistinctRetriever, SentenceChunker
-from rag_dedup.metadata import DEDUP_COLLAPSED
+from rag_dedup.llama_index.metadata import DEDUP_COLLAPSED
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" if (HERE / "data" / "licenses").is_dir() else HERE.parent / "tests" / "data" / "corpus"

@@ -28,7 +28,7 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import MockLLM
 
 from rag_dedup import DedupPostprocessor, DedupTransform, SentenceChunker
-from rag_dedup.metadata import DEDUP_COLLAPSED
+from rag_dedup.llama_index.metadata import DEDUP_COLLAPSED
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" if (HERE / "data" / "licenses").is_dir() else HERE.parent / "tests" / "data" / "corpus"

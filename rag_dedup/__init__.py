@@ -20,11 +20,11 @@ from rag_dedup.shingles import jaccard, shingle_hashes
 from rag_dedup.storage import CorruptIndexError, MemoryStorage, Storage
 
 if TYPE_CHECKING:
-    from rag_dedup.chunking import SentenceChunker
-    from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
-    from rag_dedup.postprocessor import DedupPostprocessor
-    from rag_dedup.retriever import DistinctRetriever
-    from rag_dedup.transform import DedupTransform, SharedIndexRequired
+    from rag_dedup.llama_index.chunking import SentenceChunker
+    from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
+    from rag_dedup.llama_index.postprocessor import DedupPostprocessor
+    from rag_dedup.llama_index.retriever import DistinctRetriever
+    from rag_dedup.llama_index.transform import DedupTransform, SharedIndexRequired
 
 __all__ = [
     "DEDUP_CLUSTER",
@@ -55,14 +55,14 @@ __version__ = "0.1.0"
 
 # The LlamaIndex components, by the module that defines each.
 _LAZY = {
-    "DEDUP_CLUSTER": "rag_dedup.metadata",
-    "DEDUP_COLLAPSED": "rag_dedup.metadata",
-    "DEDUP_DUPLICATE_OF": "rag_dedup.metadata",
-    "SentenceChunker": "rag_dedup.chunking",
-    "DedupTransform": "rag_dedup.transform",
-    "SharedIndexRequired": "rag_dedup.transform",
-    "DedupPostprocessor": "rag_dedup.postprocessor",
-    "DistinctRetriever": "rag_dedup.retriever",
+    "DEDUP_CLUSTER": "rag_dedup.llama_index.metadata",
+    "DEDUP_COLLAPSED": "rag_dedup.llama_index.metadata",
+    "DEDUP_DUPLICATE_OF": "rag_dedup.llama_index.metadata",
+    "SentenceChunker": "rag_dedup.llama_index.chunking",
+    "DedupTransform": "rag_dedup.llama_index.transform",
+    "SharedIndexRequired": "rag_dedup.llama_index.transform",
+    "DedupPostprocessor": "rag_dedup.llama_index.postprocessor",
+    "DistinctRetriever": "rag_dedup.llama_index.retriever",
 }
 
 

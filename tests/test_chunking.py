@@ -22,8 +22,8 @@ from llama_index.core.utils import get_tokenizer
 from nltk.tokenize.punkt import PunktSentenceTokenizer
 from pydantic import ValidationError
 
-from rag_dedup import chunking
-from rag_dedup.chunking import SentenceChunker
+from rag_dedup.llama_index import chunking
+from rag_dedup.llama_index.chunking import SentenceChunker
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 TOKENIZER = get_tokenizer()

@@ -1,6 +1,6 @@
 """SentenceChunker's fast paths give what the plain paths give.
 
-Each fast path in ``rag_dedup.chunking`` replaces a slower, obviously correct computation; these tests
+Each fast path in ``rag_dedup.llama_index.chunking`` replaces a slower, obviously correct computation; these tests
 hold them to it on the shipped real corpus and on generated text:
 
 * ``_token_counter``: ``len(tokenizer(text))``, with tiktoken's ordinary encoder for LlamaIndex's
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from llama_index.core.schema import TextNode
 from llama_index.core.utils import get_tokenizer
 
-from rag_dedup import chunking
-from rag_dedup.chunking import SentenceChunker
+from rag_dedup.llama_index import chunking
+from rag_dedup.llama_index.chunking import SentenceChunker
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 

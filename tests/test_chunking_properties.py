@@ -17,8 +17,8 @@ from llama_index.core import Document
 from llama_index.core.utils import get_tokenizer
 from nltk.tokenize.punkt import PunktSentenceTokenizer
 
-from rag_dedup import chunking
-from rag_dedup.chunking import (
+from rag_dedup.llama_index import chunking
+from rag_dedup.llama_index.chunking import (
     CONTINUES,
     STARTS_BLOCK,
     STARTS_HEADING,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rag_dedup import cli
-from rag_dedup.cli import main, side_by_side
-from rag_dedup.readers import html_to_text, json_to_text
+from rag_dedup.app import cli
+from rag_dedup.app.cli import main, side_by_side
+from rag_dedup.app.readers import html_to_text, json_to_text
 from rag_dedup.normalize import canonical
 from rag_dedup.shingles import jaccard, shingle_hashes
 
@@ -300,9 +300,9 @@ def _interrupt(*_args, **_kwargs):
 
 def test_ctrl_c_before_writing_leaves_nothing(small, tmp_path, monkeypatch, capsys):
     """Regression: an interrupted scan must not leave a report, a save or a temporary file behind."""
-    import rag_dedup.html
+    import rag_dedup.app.html
 
-    monkeypatch.setattr(rag_dedup.html, "scan_page", _interrupt)
+    monkeypatch.setattr(rag_dedup.app.html, "scan_page", _interrupt)
     out = tmp_path / "out"
     out.mkdir()
     code = main(["scan", str(small), "--html", str(out / "r.html"), "--save", str(out / "saved"), "--json"])

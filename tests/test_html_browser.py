@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_dedup.cli import main
-from rag_dedup.html import diff_html, histogram_svg, s_curve_svg, scan_page
+from rag_dedup.app.cli import main
+from rag_dedup.app.html import diff_html, histogram_svg, s_curve_svg, scan_page
 from rag_dedup.index import DedupIndex
-from rag_dedup.report import Chunk, summarize
+from rag_dedup.app.report import Chunk, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"

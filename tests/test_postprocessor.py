@@ -23,13 +23,13 @@ from llama_index.core.schema import (
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from rag_dedup.chunking import SentenceChunker
+from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
+from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
 from rag_dedup.normalize import canonical
-from rag_dedup.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
+from rag_dedup.llama_index.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
 from rag_dedup.shingles import jaccard, shingle_hashes, shingle_stream
-from rag_dedup.transform import DedupTransform
+from rag_dedup.llama_index.transform import DedupTransform
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 

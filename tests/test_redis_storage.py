@@ -462,7 +462,7 @@ def test_dedup_transform_with_two_pipeline_workers_finds_duplicates_across_their
     from llama_index.core.ingestion import IngestionPipeline
     from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
-    from rag_dedup.transform import DedupTransform
+    from rag_dedup.llama_index.transform import DedupTransform
 
     def nodes() -> list[TextNode]:
         return [

@@ -1,4 +1,4 @@
-"""rag_dedup.report: summaries, removals per source and folder, findings, threshold sampling, word diffs.
+"""rag_dedup.app.report: summaries, removals per source and folder, findings, threshold sampling, word diffs.
 
 The chunks are the paragraphs of the shipped corpus (tests/data/corpus/copyright): Debian copyright files
 that restate the same licence paragraphs, so there are real exact and near duplicates. Paragraphs
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rag_dedup.index import DedupIndex
 from rag_dedup.normalize import canonical
-from rag_dedup.report import (
+from rag_dedup.app.report import (
     Chunk,
     Skipped,
     candidate_pairs,

@@ -14,10 +14,10 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
-from rag_dedup.chunking import SentenceChunker
+from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
-from rag_dedup.transform import DEFAULT_SETTINGS_FILENAME, DedupTransform, SharedIndexRequired
+from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
+from rag_dedup.llama_index.transform import DEFAULT_SETTINGS_FILENAME, DedupTransform, SharedIndexRequired
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 LICENSES = CORPUS / "licenses"

@@ -6,7 +6,7 @@ Place it after the chunker in an ``IngestionPipeline``::
 
 Each text node is added to the index under its node id, with its document's id (``ref_doc_id``) as the
 index ``source``, and is stamped with ``metadata["dedup_cluster"]`` and ``metadata["dedup_duplicate_of"]``
-(see :mod:`rag_dedup.metadata`; neither reaches the embedding model or the LLM). With ``mode="drop"``
+(see :mod:`rag_dedup.llama_index.metadata`; neither reaches the embedding model or the LLM). With ``mode="drop"``
 only representatives pass on, so duplicates cost no embedding; the dropped nodes stay in the index,
 so ``index.resolve(node_id)`` still names their representative.
 
@@ -54,7 +54,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from pydantic import computed_field
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import dedup_text, source_of, stamp_node
+from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
 
 __all__ = ["DEFAULT_INDEX_DIRNAME", "DEFAULT_SETTINGS_FILENAME", "DedupTransform", "SharedIndexRequired"]
 
@@ -94,7 +94,7 @@ class DedupTransform(TransformComponent):
     Example:
         >>> from llama_index.core import Document
         >>> from llama_index.core.ingestion import IngestionPipeline
-        >>> from rag_dedup.chunking import SentenceChunker
+        >>> from rag_dedup.llama_index.chunking import SentenceChunker
         >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
         >>> docs = [Document(text=text, id_="a"), Document(text=text, id_="b")]
         >>> dedup = DedupTransform(mode="drop")

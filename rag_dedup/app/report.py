@@ -2,7 +2,7 @@
 
 Everything here is a pure function from a :class:`~rag_dedup.index.DedupIndex` (or from chunk texts)
 to frozen dataclasses with a ``to_dict()`` that is ready for :func:`json.dumps`. Nothing prints;
-the command line (``rag_dedup.cli``) and the HTML page (``rag_dedup.html``) render these objects.
+the command line (``rag_dedup.app.cli``) and the HTML page (``rag_dedup.app.html``) render these objects.
 
 A *chunk* is one indexed text with where it came from (:class:`Chunk`: key, source file, character
 span). A chunk is *suppressed* when its cluster elected another chunk as representative; it is an

@@ -1,15 +1,15 @@
 """The ``rag-dedup`` command: ``scan``, ``tune`` and ``query`` over a folder of documents.
 
 A thin layer over the library: files are read with LlamaIndex's ``SimpleDirectoryReader``, cut with
-:class:`~rag_dedup.chunking.SentenceChunker`, indexed with :class:`~rag_dedup.index.DedupIndex`, and
-reported with :mod:`rag_dedup.report` and :mod:`rag_dedup.html`.
+:class:`~rag_dedup.llama_index.chunking.SentenceChunker`, indexed with :class:`~rag_dedup.index.DedupIndex`, and
+reported with :mod:`rag_dedup.app.report` and :mod:`rag_dedup.app.html`.
 
 Exit codes: 0 success; 2 bad usage or input (missing path, no readable files, a threshold outside
 (0, 1], ...) with one clear message on stderr; 130 interrupted (Ctrl-C). Files are written only once
 all the work is done, each through a temporary file renamed into place, so an interrupted run leaves
 no half-written report or index behind.
 
-Reading (the readers are in :mod:`rag_dedup.readers`): a folder is read recursively (hidden files and folders skipped). By default the files
+Reading (the readers are in :mod:`rag_dedup.app.readers`): a folder is read recursively (hidden files and folders skipped). By default the files
 matching ``*.txt *.md *.rst *.html *.htm *.json *.pdf`` are read; ``--glob`` replaces that list and
 ``--exclude`` removes matches (patterns are matched against the path relative to the folder and
 against the file name). HTML is reduced to its text; JSON to its string values that contain prose;
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from rag_dedup.readers import make_readers, pdf_reader_available
+from rag_dedup.app.readers import make_readers, pdf_reader_available
 
 __all__ = ["main"]
 
@@ -111,7 +111,7 @@ def read_corpus(path: Path, globs: Sequence[str] = DEFAULT_GLOBS, excludes: Sequ
     """
     from llama_index.core import SimpleDirectoryReader
 
-    from rag_dedup.report import Skipped
+    from rag_dedup.app.report import Skipped
 
     if not path.exists():
         raise UsageError(f"path not found: {path}")
@@ -178,13 +178,13 @@ def read_corpus(path: Path, globs: Sequence[str] = DEFAULT_GLOBS, excludes: Sequ
 
 
 def chunk_corpus(corpus: Corpus, chunk_size: int, chunk_overlap: int) -> list[Any]:
-    """Cut every document into chunks: a list of :class:`~rag_dedup.report.Chunk` with stable keys.
+    """Cut every document into chunks: a list of :class:`~rag_dedup.app.report.Chunk` with stable keys.
 
     The key of a chunk is ``"<source>#<n>"`` (n counted per source, zero-padded), so keys are the
     same on every run over the same files and say where the chunk is.
     """
-    from rag_dedup.chunking import SentenceChunker
-    from rag_dedup.report import Chunk
+    from rag_dedup.llama_index.chunking import SentenceChunker
+    from rag_dedup.app.report import Chunk
 
     chunker = SentenceChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     counters: dict[str, int] = {}
@@ -287,7 +287,7 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Any], meta: dict[str
 def load_saved(directory: Path) -> tuple[Any, list[Any], dict[str, Any]]:
     """Load what :func:`save_scan` wrote: ``(index, chunks, meta)``. ``UsageError`` if it is not one."""
     from rag_dedup.index import DedupIndex
-    from rag_dedup.report import Chunk
+    from rag_dedup.app.report import Chunk
 
     sidecar = directory / CHUNKS_FILE
     try:
@@ -409,7 +409,7 @@ def _wrap(tokens: Sequence[tuple[str, str | None]], width: int) -> list[tuple[st
 def side_by_side(a: str, b: str, *, width: int, colour: bool, head_a: str = "", head_b: str = "") -> str:
     """Two texts in columns with word differences marked: ``[-only in a-]``, ``{+only in b+}``
     (or red and green when ``colour``)."""
-    from rag_dedup.report import word_diff
+    from rag_dedup.app.report import word_diff
 
     col = max(20, (width - 3) // 2)
     runs = word_diff(a, b)
@@ -556,7 +556,7 @@ def _out(stream: IO[str], text: str) -> None:
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    from rag_dedup.report import summarize
+    from rag_dedup.app.report import summarize
 
     if args.html and not Path(args.html).resolve().parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {Path(args.html).parent} does not exist")
@@ -568,7 +568,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     summary = summarize(index, chunks, documents=len(corpus.documents), skipped=corpus.skipped,
                         settings=settings)
     if args.html:
-        from rag_dedup.html import scan_page
+        from rag_dedup.app.html import scan_page
 
         page = scan_page(summary, {c.key: c.text for c in chunks}, title=f"rag-dedup scan {args.path}")
         write_text_atomic(Path(args.html), page)
@@ -596,7 +596,7 @@ def _width(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from rag_dedup.report import sample_thresholds
+    from rag_dedup.app.report import sample_thresholds
 
     if args.html and not Path(args.html).resolve().parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {Path(args.html).parent} does not exist")
@@ -607,7 +607,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                num_perm=args.num_perm, ngram=args.ngram, seed=args.seed)
     by_key = {c.key: c for c in chunks}
     if args.html:
-        from rag_dedup.html import tune_page
+        from rag_dedup.app.html import tune_page
 
         write_text_atomic(Path(args.html), tune_page(report, by_key, title=f"rag-dedup tune {args.path}"))
         args.written.append(args.html)
@@ -665,8 +665,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         from llama_index.retrievers.bm25 import BM25Retriever
     except ImportError as e:
         raise UsageError("rag-dedup query needs BM25: pip install 'rag-dedup[bm25]'") from e
-    from rag_dedup.metadata import DEDUP_COLLAPSED
-    from rag_dedup.postprocessor import DedupPostprocessor
+    from rag_dedup.llama_index.metadata import DEDUP_COLLAPSED
+    from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 
     path = Path(args.path)
     if path.is_dir() and (path / CHUNKS_FILE).is_file():

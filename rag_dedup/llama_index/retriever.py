@@ -3,7 +3,7 @@
 Deduplicating after retrieval leaves fewer than k passages whenever the top k held duplicates (and
 LlamaIndex's own id-based dedup silently does the same). ``DistinctRetriever`` wraps any retriever,
 over-fetches (``fetch_factor * top_k``, by setting the wrapped retriever's ``similarity_top_k``), collapses
-duplicates with a :class:`~rag_dedup.postprocessor.DedupPostprocessor`, and, while fewer than ``top_k``
+duplicates with a :class:`~rag_dedup.llama_index.postprocessor.DedupPostprocessor`, and, while fewer than ``top_k``
 distinct passages remain, fetches again with twice the depth, until it holds ``top_k`` or the corpus
 runs out (the retriever returned fewer nodes than asked for) or ``max_fetch`` is reached.
 
@@ -27,7 +27,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.postprocessor import DedupPostprocessor
+from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 
 __all__ = ["DistinctRetriever"]
 

@@ -52,7 +52,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNo
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.metadata import (
+from rag_dedup.llama_index.metadata import (
     DEDUP_CLUSTER,
     DEDUP_COLLAPSED,
     collapsed_entry,
@@ -283,7 +283,7 @@ class _ShingleCache:
 
 
 def _text_of(node: BaseNode) -> str | None:
-    """:func:`~rag_dedup.metadata.dedup_text`, with a short path for a plain ``TextNode``."""
+    """:func:`~rag_dedup.llama_index.metadata.dedup_text`, with a short path for a plain ``TextNode``."""
     if type(node) is TextNode:
         text = node.text
         return None if not text or text.isspace() else text  # `not text.strip()`, without a copy

@@ -7,7 +7,7 @@ and read the DOM to know that the page rendered and its script ran without an er
 
 Every piece of corpus text is escaped with :func:`html.escape`; differences between two chunks are
 marked with ``<del>`` (only in the kept chunk) and ``<ins>`` (only in the other one), computed by
-:func:`rag_dedup.report.word_diff`.
+:func:`rag_dedup.app.report.word_diff`.
 
 The S-curve is the probability that two chunks of Jaccard similarity ``s`` share at least one LSH band:
 ``P(s) = 1 - (1 - s**r)**b`` (see :mod:`rag_dedup.lsh`); the threshold and the knee ``(1/b)**(1/r)`` are
@@ -20,7 +20,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rag_dedup.report import ClusterReport, Member, ScanSummary, TuneReport, histogram, word_diff
+from rag_dedup.app.report import ClusterReport, Member, ScanSummary, TuneReport, histogram, word_diff
 
 __all__ = ["diff_html", "histogram_svg", "s_curve_svg", "scan_page", "tune_page"]
 
@@ -341,7 +341,7 @@ def tune_page(
 ) -> str:
     """The ``rag-dedup tune --html`` page: per threshold, what it suppresses and the pairs near it.
 
-    ``chunks`` maps keys to :class:`~rag_dedup.report.Chunk` objects (for text and location).
+    ``chunks`` maps keys to :class:`~rag_dedup.app.report.Chunk` objects (for text and location).
     """
     ts = [t.threshold for t in report.thresholds]
     rows = "".join(

@@ -1,0 +1,1 @@
+"""The ``rag-dedup`` command: corpus reading, reports (text, JSON, HTML) and argument handling."""
