@@ -29,13 +29,14 @@ Example:
     >>> index.add("mit-1", text).kind
     'unique'
     >>> m = index.add("mit-2", text.upper())
-    >>> m.kind, m.duplicate_of
-    ('exact', 'mit-1')
-    >>> index.add("mit-3", text + ", including without limitation").kind
-    'unique'
-    >>> m = index.match("mit-1")
+    >>> m.kind, m.duplicate_of, m.cluster_size
+    ('exact', 'mit-1', 2)
+    >>> m = index.add("mit-3", text + ", including without limitation")  # the longest text represents
+    >>> m.kind, m.duplicate_of, m.cluster_size
+    ('near', None, 3)
+    >>> m = index.match("mit-1")  # "exact": mit-2 has its canonical text
     >>> m.kind, m.duplicate_of, round(m.similarity, 3)
-    ('near', 'mit-3', 0.815)
+    ('exact', 'mit-3', 0.815)
     >>> index.members("mit-3")
     ['mit-3', 'mit-1', 'mit-2']
 """
@@ -106,9 +107,11 @@ class Match(NamedTuple):
         representative: The key of the cluster's representative.
         duplicate_of: The representative, or None when the item is the representative.
         similarity: Exact Jaccard similarity of the item's shingles to the representative's (1.0 for
-            the representative itself and for exact copies).
-        kind: ``"unique"`` for a representative, ``"exact"`` for a copy with the representative's
-            canonical text, ``"near"`` for a near-duplicate.
+            the representative itself and for exact copies of it).
+        kind: The item's place in its cluster: ``"unique"`` for a cluster of one, ``"exact"`` when
+            another member has the same canonical text, ``"near"`` otherwise (a representative too:
+            it stands for near-duplicates).
+        cluster_size: The number of items in the cluster (1 for ``"unique"``).
     """
 
     key: str
@@ -117,6 +120,7 @@ class Match(NamedTuple):
     duplicate_of: str | None
     similarity: float
     kind: Kind
+    cluster_size: int
 
 
 class _Item(NamedTuple):
@@ -631,16 +635,19 @@ class DedupIndex:
                 raise KeyError(f"{key!r} is not in the index")
         entries = storage.get_clusters(keys)
         reps = sorted({e[0] for e in entries if e is not None})
-        rep_gid = {k: r.gid for k, r in zip(reps, storage.get_items(reps)) if r is not None}
+        size_of = {rep: len(found) for rep, found in zip(reps, storage.cluster_members(reps))}
+        gids = sorted({rec.gid for rec, e in zip(records, entries) if e is not None})  # type: ignore[union-attr]
+        copies_of = {g: len(found) for g, found in zip(gids, storage.group_items(gids))}
         make = tuple.__new__  # Match(...) without the keyword-handling constructor (hot path)
         out = []
         for key, rec, entry in zip(keys, records, entries):
-            if entry is None or entry[0] == key:
-                out.append(make(Match, (key, key, key, None, 1.0, "unique")))
-            else:
-                rep, sim = entry
-                kind = "exact" if rep_gid.get(rep) == rec.gid else "near"  # type: ignore[union-attr]
-                out.append(make(Match, (key, rep, rep, rep, sim, kind)))
+            if entry is None:
+                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1)))
+                continue
+            rep, sim = entry
+            size = size_of[rep]
+            kind = "unique" if size == 1 else "exact" if copies_of[rec.gid] > 1 else "near"  # type: ignore[union-attr]
+            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size)))
         return out
 
     def match(self, key: str) -> Match:
