@@ -17,8 +17,7 @@ Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20
 2. **Re-written copies.** For every paragraph with a near-duplicate, a re-wrapped copy (the words at
    another line width) and a re-cased one (upper case): same canonical text. Goal: 100% reported
    ``kind="exact"`` and in their original's cluster.
-3. **A big family.** One real licence paragraph (the MIT permission grant, from a licence file on this
-   machine) under 500 / 5,000 / 20,000 different copyright lines (real holder names and years from the
+3. **A big family.** One real licence (the MIT licence, from a licence file on this machine) under 500 / 5,000 / 20,000 different copyright lines (real holder names and years from the
    Debian copyright files), each size in a fresh subprocess: the time of ``add_many`` and the peak
    resident memory (VmHWM); then the time of one more ``add`` into the family (incremental cost).
 """
@@ -223,19 +222,21 @@ def holders_and_years() -> tuple[list[str], list[str]]:
     return sorted(holders), sorted(years)
 
 
-def mit_grant() -> str:
+def mit_licence() -> str:
+    """The first MIT licence in site-packages without its copyright line: grant, condition, disclaimer."""
     site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     for path in sorted(site.glob("*.dist-info/LICENSE*")):
-        for para in _PARAGRAPH_BREAK.split(path.read_text("utf-8", errors="replace")):
+        paras = _PARAGRAPH_BREAK.split(path.read_text("utf-8", errors="replace"))
+        for i, para in enumerate(paras):
             if para.lstrip().startswith("Permission is hereby granted, free of charge"):
-                return para
+                return "\n\n".join(paras[i : i + 3]).strip()
     raise SystemExit("no MIT licence file found in site-packages")
 
 
 def family(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    """``n`` distinct copies of the MIT grant, each under another real copyright line."""
+    """``n`` distinct copies of the MIT licence, each under another real copyright line."""
     holders, years = holders_and_years()
-    grant = mit_grant()
+    grant = mit_licence()
     rng = random.Random(seed)
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
@@ -274,7 +275,7 @@ def one_family(n: int) -> None:
 
 def big_families(sizes: list[int]) -> None:
     holders, years = holders_and_years()
-    print(f"\n== 3. one big family: the MIT grant under real copyright lines ({len(holders):,} holders, {len(years):,} year spans), a fresh process per size")
+    print(f"\n== 3. one big family: the MIT licence under real copyright lines ({len(holders):,} holders, {len(years):,} year spans), a fresh process per size")
     for n in sizes:
         subprocess.run([sys.executable, __file__, "--one-family", str(n)], check=True)
 
