@@ -150,9 +150,9 @@ class DedupIndex:
         policy: Chooses a cluster's representative from its members; must be a pure function of them.
             Default: longest text, then highest authority, then earliest first_seen, then smallest key.
         seed: MinHash permutation seed.
-        drift_floor: No member of a cluster is less similar than this to its representative; a member
-            between ``drift_floor`` and ``threshold`` joins only through a near-duplicate already in the
-            cluster. Default ``threshold - 0.1``.
+        drift_floor: No member of a cluster is less similar than this to its representative: a cluster
+            is its center and the texts at least this similar to it, and only members at least this
+            similar to every other member may represent it. Default ``threshold - 0.1``.
 
     Raises:
         ValueError: A parameter is out of range, or the storage holds an index made with others.
