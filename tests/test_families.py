@@ -106,7 +106,10 @@ def test_match_kinds_tell_the_place_in_the_cluster() -> None:
 
 
 def all_items() -> list[tuple[str, str]]:
-    return family("apache-notice") + family("gfdl-notice") + chain()
+    """The three families, and re-cased copies of three of their members (exact copies, shorter or longer)."""
+    items = family("apache-notice") + family("gfdl-notice") + chain()
+    copies = [(f"copy/{k}", t.upper() + " " * i) for i, (k, t) in enumerate(items[::9])]
+    return items + copies
 
 
 @settings(max_examples=12, deadline=None)
