@@ -223,7 +223,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
             if shown is nws and not kept.folded:
                 out.append(nws)  # nothing folded in: the caller's node, untouched
             else:
-                out.append(_annotated(shown.node, folded, kept.score, update))
+                out.append(_annotated(shown, folded, kept.score, update))
         return out
 
     def clear_cache(self) -> None:
@@ -268,8 +268,13 @@ def _entries(node: BaseNode) -> list[dict[str, Any]]:
     return [dict(e) for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
 
-def _annotated(node: BaseNode, folded: list[dict[str, Any]], score: float | None, update: dict[str, Any]) -> NodeWithScore:
-    """A copy of ``node`` carrying ``dedup_collapsed`` (hidden from embed and LLM text), with ``update``."""
+def _annotated(
+    shown: NodeWithScore, folded: list[dict[str, Any]], score: float | None, update: dict[str, Any]
+) -> NodeWithScore:
+    """A copy of ``shown`` whose node (a copy too) carries ``dedup_collapsed`` (hidden from embed and LLM
+    text), with ``update`` applied to the node. Shallow copies through pydantic's ``model_copy``: the
+    node's other fields are shared with the caller's node, and never written to."""
+    node = shown.node
     hidden = {
         name: [*keys, DEDUP_COLLAPSED] if DEDUP_COLLAPSED not in keys else list(keys)
         for name, keys in (
@@ -278,4 +283,4 @@ def _annotated(node: BaseNode, folded: list[dict[str, Any]], score: float | None
         )
     }
     copy = node.model_copy(update={**update, **hidden, "metadata": {**node.metadata, DEDUP_COLLAPSED: folded}})
-    return NodeWithScore(node=copy, score=score)
+    return shown.model_copy(update={"node": copy, "score": score})
