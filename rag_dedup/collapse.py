@@ -135,10 +135,6 @@ class _Group:
         self.cluster = cluster
 
 
-def _fold(position: int, passage: Passage, reason: str, similarity: float | None) -> Fold:
-    return Fold(position, passage.key, passage.ref_doc_id, passage.score, reason, similarity)
-
-
 def _row_masks(matrix: np.ndarray) -> list[int]:
     """Row ``i`` of a square boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
     k = len(matrix)
@@ -236,15 +232,21 @@ class Collapser:
             passages: The retrieved passages, best first.
             top_n: Keep the first ``top_n`` passages that carry evidence (``None``: all).
         """
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise ValueError(f"top_n ({top_n!r}) must be an int >= 1, or None for all")
+        if top_n is not None:
+            if isinstance(top_n, bool) or not isinstance(top_n, int):
+                raise TypeError(f"top_n must be int or None, got {type(top_n).__name__}")
+            if top_n < 1:
+                raise ValueError(f"top_n ({top_n}) must be at least 1, or None for all")
         if not passages:
             return []
-        texts = [None if p.text is None or is_blank(p.text) else p.text for p in passages]
+        texts = [t if t and not t.isspace() else None for t in [p.text for p in passages]]  # is_blank, inlined
         text_pos = [i for i, t in enumerate(texts) if t is not None]
-        clusters: list[str | None] = [None] * len(passages)
-        for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
-            clusters[i] = c
+        if len(text_pos) == len(passages):
+            clusters = self.clusters(passages)
+        else:
+            clusters = [None] * len(passages)
+            for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
+                clusters[i] = c
 
         trust = self.trust_clusters
         sim: np.ndarray | None = None
@@ -252,17 +254,18 @@ class Collapser:
         close: list[int] = []  # close[a]: bit b set when texts a and b are within the floor
         slot: list[int] = [-1] * len(passages)  # position -> row of its text in `sim`
         if len(text_pos) > 1 and (not trust or any(clusters[i] is None for i in text_pos)):
-            at_least = self.threshold if trust else self.floor
-            sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size, at_least)  # type: ignore[misc]
+            sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size)  # type: ignore[misc]
             near = _row_masks(sim >= self.threshold)
             close = near if trust or self.floor == self.threshold else _row_masks(sim >= self.floor)
             for a, i in enumerate(text_pos):
                 slot[i] = a
 
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
-        order = [i for i in text_pos if not _is_nan(passages[i].score)]
-        if len(order) < len(text_pos):
-            order += [i for i in text_pos if _is_nan(passages[i].score)]
+        scores = [p.score for p in passages]
+        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
+        nan_last = len(order) < len(text_pos)
+        if nan_last:
+            order += [i for i in text_pos if scores[i] != scores[i]]
         groups: list[_Group] = []  # kept passages with text
         by_cluster: dict[str, _Group] = {}  # trusted: the first kept group of each cluster
         cluster_rows: dict[str, int] = {}  # bits: rows of the kept groups of each cluster
@@ -303,22 +306,20 @@ class Collapser:
                     elif not trust:
                         cluster_rows[cluster] = cluster_rows.get(cluster, 0) | 1 << a
             else:
-                target.folded.append(_fold(i, passage, reason, similarity))
+                target.folded.append(Fold(i, passage.key, passage.ref_doc_id, passage.score, reason, similarity))
 
-        groups.sort(key=lambda g: g.position)
+        if nan_last:  # back to input order
+            groups.sort(key=lambda g: g.position)
         kept = _merge_overlaps(groups, passages) if self.merge_overlaps else [_kept(g) for g in groups]
-        kept.extend(Kept(i, (), passages[i].score) for i, t in enumerate(texts) if t is None)
-        kept.sort(key=lambda k: k.position)
+        if len(text_pos) < len(passages):
+            kept.extend(Kept(i, (), passages[i].score) for i, t in enumerate(texts) if t is None)
+            kept.sort(key=lambda k: k.position)
         return kept if top_n is None else _first(kept, passages, top_n)
 
 
 def is_blank(text: str) -> bool:
     """Whether ``text`` carries no evidence: empty or whitespace only."""
     return not text or text.isspace()  # `not text.strip()`, without a copy
-
-
-def _is_nan(score: float | None) -> bool:
-    return isinstance(score, float) and score != score
 
 
 def _first(kept: list[Kept], passages: Sequence[Passage], n: int) -> list[Kept]:

@@ -433,13 +433,8 @@ class TextSimilarity:
         """Forget the remembered shingles."""
         self._cache.clear()
 
-    def matrix(
-        self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096, at_least: float = 0.0
-    ) -> np.ndarray:
+    def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
-
-        An entry below ``at_least`` may read 0.0 (the caller only asks which pairs reach it); every
-        entry at or above it is exact.
 
         The diagonal is 1.0, or 0.0 for a text without shingles. Equal texts share a row, so exact
         copies are shingled once. The texts not remembered from earlier calls are shingled together

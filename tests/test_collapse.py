@@ -57,6 +57,8 @@ def test_blank_passages_pass_through_but_take_no_top_n_place(paragraphs):
     assert [k.position for k in kept] == [0, 1]
     with pytest.raises(ValueError, match="top_n"):
         Collapser().collapse(passages, top_n=0)
+    with pytest.raises(TypeError, match="top_n"):
+        Collapser().collapse(passages, top_n=1.5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -201,13 +201,27 @@ class DedupPostprocessor(BaseNodePostprocessor):
         that carry evidence (``None``: all; a node with blank text takes no place)."""
         if not nodes:
             return []
-        spans = self.merge_overlaps
-        passages = [_passage(nws, spans) for nws in nodes]
+        if self.merge_overlaps:
+            passages = [_passage_with_span(nws) for nws in nodes]
+        else:  # _passage_with_span without the span, inlined: this runs for every node of every query
+            passages = []
+            for nws in nodes:
+                node = nws.node
+                cluster = node.metadata.get(DEDUP_CLUSTER)
+                passages.append(
+                    Passage(
+                        node.id_,
+                        node.text if type(node) is TextNode else _text_of(node),
+                        nws.score,
+                        cluster if isinstance(cluster, str) else None,
+                    )
+                )
+        show_representative = self.show == "representative"
         out: list[NodeWithScore] = []
         for kept in self._collapser().collapse(passages, top_n):
             nws = nodes[kept.position]
-            if passages[kept.position].text is None:
-                out.append(nws)  # nothing to compare: passes through untouched
+            if passages[kept.position].text is None or not (kept.folded or show_representative):
+                out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
                 continue
             folded = _entries(nws.node)
             for f in kept.folded:
@@ -218,7 +232,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
             shown = nws
             if kept.text is not None:  # windows joined into one passage
                 update = {"text": kept.text, "start_char_idx": kept.start, "end_char_idx": kept.end}
-            elif self.show == "representative":
+            elif show_representative:
                 shown, folded = self._show_representative(nws, kept, nodes, folded)
             if shown is nws and not kept.folded:
                 out.append(nws)  # nothing folded in: the caller's node, untouched
@@ -250,12 +264,12 @@ class DedupPostprocessor(BaseNodePostprocessor):
         return NodeWithScore(node=rep_node, score=kept.score), folded
 
 
-def _passage(nws: NodeWithScore, spans: bool) -> Passage:
-    """The core's view of a node: its id, text, score and cluster stamp (and its span, for merging)."""
+def _passage_with_span(nws: NodeWithScore) -> Passage:
+    """The core's view of a node: its id, text, score, cluster stamp, and its span, for merging."""
     node = nws.node
     cluster = node.metadata.get(DEDUP_CLUSTER)  # read_cluster, inlined
     cluster = cluster if isinstance(cluster, str) else None
-    if spans and isinstance(node, TextNode):
+    if isinstance(node, TextNode):
         return Passage(
             node.node_id, _text_of(node), nws.score, cluster, node.ref_doc_id, node.start_char_idx, node.end_char_idx
         )
