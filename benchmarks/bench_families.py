@@ -107,7 +107,7 @@ class OldRuleIndex(DedupIndex):
     """DedupIndex with the cluster rule it had before issue 11 (benchmark only)."""
 
     def _cluster_component(self, gids, shingles):  # type: ignore[no-untyped-def]
-        from rag_dedup.shingles import jaccard_many
+        from rag_dedup.similarity import jaccard_many
 
         storage = self.storage
         keys = [k for ks in storage.group_items(gids) for k in ks]

@@ -53,7 +53,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
-from rag_dedup.shingles import jaccard_many
+from rag_dedup.similarity import jaccard_many
 
 __all__ = ["UnionFind", "cluster_component", "pooled_jaccard"]
 
