@@ -53,6 +53,7 @@ import numpy as np
 
 from rag_dedup import lsh
 from rag_dedup.clusters import UnionFind, split_component
+from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
@@ -69,7 +70,7 @@ from rag_dedup.shingles import (
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 
-__all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "IndexMismatchError", "Match"]
+__all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 
 #: Version of the index's stored layout (directory and Redis).
 FORMAT_VERSION = 1
@@ -91,10 +92,6 @@ Kind = Literal["unique", "exact", "near"]
 def _batch_size(indexed: int) -> int:
     """How many items :meth:`DedupIndex.add_many` takes in its next batch, ``indexed`` items in."""
     return min(_BATCH_MAX, max(_BATCH, indexed // _BATCH_SHARE))
-
-
-class IndexMismatchError(ValueError):
-    """A stored index was made with other parameters than the ones asked for, or by another format."""
 
 
 class Match(NamedTuple):

@@ -21,10 +21,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import DedupIndex, IndexMismatchError, MemoryStorage
+from rag_dedup import DedupIndex, IndexMismatchError, MemoryStorage, RedisUnavailable
 from rag_dedup.storage import redis as redis_module
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
-from rag_dedup.storage.redis import RedisStorage, RedisUnavailable
+from rag_dedup.storage.redis import RedisStorage
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 

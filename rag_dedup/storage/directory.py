@@ -27,18 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from rag_dedup.errors import CorruptIndexError
 from rag_dedup.storage.base import ItemRecord
 from rag_dedup.storage.memory import MemoryStorage
 
-__all__ = ["MANIFEST", "CorruptIndexError", "load_directory", "save_directory"]
+__all__ = ["MANIFEST", "load_directory", "save_directory"]
 
 MANIFEST = "manifest.json"
 _FORMAT = "rag-dedup-index"
 _VERSION = 1
-
-
-class CorruptIndexError(ValueError):
-    """A saved index file is missing, truncated, damaged, or of an unknown format version."""
 
 
 def save_directory(path: str | os.PathLike[str], meta: dict[str, Any], storage: MemoryStorage) -> None:

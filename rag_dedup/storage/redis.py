@@ -63,6 +63,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from rag_dedup.errors import (
+    CorruptIndexError,
+    LockLost,
+    LockTimeout,
+    NamespaceLost,
+    RedisConfigurationError,
+    RedisUnavailable,
+)
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 
 try:  # optional dependency: pip install rag-dedup[redis]
@@ -76,36 +84,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     _RedisTimeoutError = TimeoutError  # type: ignore[misc,assignment]
     _WatchError = RuntimeError  # type: ignore[misc,assignment]
 
-__all__ = ["LockLost", "LockTimeout", "RedisStorage", "RedisUnavailable"]
+__all__ = ["RedisStorage"]
 
 logger = logging.getLogger(__name__)
-
-# Exceptions:
-#
-#   ConnectionError (builtin) ─┐
-#   redis.ConnectionError ─────┴─ RedisUnavailable   server unreachable, or the connection dropped mid-batch
-#   TimeoutError ─────────────── LockTimeout         the write lock could not be taken in time
-#   RuntimeError ─────────────── LockLost            the lock expired before the batch could commit
-
-_CONNECTION_BASES: tuple[type[BaseException], ...] = (
-    (_RedisConnectionError, ConnectionError) if _redis is not None else (ConnectionError,)
-)
-
-
-class RedisUnavailable(*_CONNECTION_BASES):  # type: ignore[misc]
-    """The Redis server cannot be reached, or the connection dropped; the message names the URL.
-
-    Both ``except ConnectionError`` and ``except redis.ConnectionError`` catch it.
-    """
-
-
-class LockTimeout(TimeoutError):
-    """The namespace's write lock could not be acquired within ``lock_wait`` seconds."""
-
-
-class LockLost(RuntimeError):
-    """The write lock expired or was taken over before the batch committed; nothing was recorded."""
-
 
 # Compare-and-delete and compare-and-extend: only the holder of the token may release or renew.
 _RELEASE = """
