@@ -69,6 +69,7 @@ from rag_dedup.shingles import (
 )
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
+from rag_dedup.surrogates import check_unicode
 
 __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 
@@ -830,20 +831,25 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
 
 
 def _check_key(key: object, name: str) -> None:
-    if type(key) is str and key:
+    """A key is a non-empty str that is valid Unicode (see :mod:`rag_dedup.surrogates`)."""
+    if type(key) is str and key and key.isascii():
         return
     if not isinstance(key, str):
         raise TypeError(f"{name} must be str, got {type(key).__name__}")
     if not key:
         raise ValueError(f"{name} must be a non-empty string")
+    check_unicode(key, name)
 
 
 def _parse_item(key: object, text: object, source: object, authority: object, first_seen: object, where: str) -> _Item:
     _check_key(key, f"{where}key")
     if not isinstance(text, str):
         raise TypeError(f"{where}text must be str, got {type(text).__name__} (key {key!r})")
-    if source is not None and not isinstance(source, str):
-        raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
+    check_unicode(text, f"{where}text (key {key!r})")
+    if source is not None:
+        if not isinstance(source, str):
+            raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
+        check_unicode(source, f"{where}source (key {key!r})")
     if type(authority) is not float:
         if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
             raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
@@ -858,7 +864,15 @@ _FIELDS = frozenset(("key", "text", "source", "authority", "first_seen"))
 
 
 def _parse_raw(raw: object, i: int) -> _Item:
-    if type(raw) is tuple and len(raw) == 2 and type(raw[0]) is str and raw[0] and type(raw[1]) is str:
+    if (
+        type(raw) is tuple
+        and len(raw) == 2
+        and type(raw[0]) is str
+        and raw[0]
+        and raw[0].isascii()
+        and type(raw[1]) is str
+        and raw[1].isascii()
+    ):
         return _new_item(_Item, (raw[0], raw[1], None, 0.0, None))  # the common case, checked in one line
     where = "items[%d]: " % i
     if type(raw) is dict or isinstance(raw, Mapping):
@@ -866,8 +880,10 @@ def _parse_raw(raw: object, i: int) -> _Item:
             return _parse_item(
                 raw["key"], raw["text"], raw.get("source"), raw.get("authority", 0.0), raw.get("first_seen"), where
             )
+        # Field names of any type (a mapping may have int keys): shown by repr, never compared.
         raise ValueError(
-            f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); got {sorted(raw)}"
+            f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); "
+            f"got fields {', '.join(sorted(map(repr, raw)))}"
         )
     if isinstance(raw, tuple) and len(raw) == 2:
         return _parse_item(raw[0], raw[1], None, 0.0, None, where)
