@@ -754,13 +754,19 @@ class DedupIndex:
 
         Raises:
             FileNotFoundError: No saved index at ``path``.
-            rag_dedup.storage.directory.CorruptIndexError: A file is damaged, truncated or missing.
-            IndexMismatchError: A newer format, or a custom policy that was not passed.
+            CorruptIndexError: A file is damaged, truncated, missing, of another format version, or
+                holds values out of range (the message names the file).
+            IndexMismatchError: The saved parameters disagree with each other or with this rag-dedup
+                (e.g. another normalisation), or a custom policy was not passed.
         """
-        from rag_dedup.storage.directory import load_directory
+        from rag_dedup.storage.directory import MANIFEST, load_directory
 
         meta, storage = load_directory(path)
-        saved_policy = meta.get("policy")
+        manifest = os.path.join(os.fspath(path), MANIFEST)
+        names = ("threshold", "num_perm", "ngram", "seed", "drift_floor")
+        if any(name not in meta for name in (*names, "policy")):
+            raise CorruptIndexError(f"{manifest}: the parameters lack one of {[*names, 'policy']}; the index is damaged")
+        saved_policy = meta["policy"]
         if policy is None and saved_policy != _policy_name(longest_then_authority):
             raise IndexMismatchError(
                 f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}; pass policy= that function"
@@ -770,15 +776,12 @@ class DedupIndex:
             raise IndexMismatchError(
                 f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}, not {_policy_name(chosen)!r}"
             )
-        return cls(
-            threshold=meta["threshold"],
-            num_perm=meta["num_perm"],
-            ngram=meta["ngram"],
-            storage=storage,
-            policy=chosen,
-            seed=meta["seed"],
-            drift_floor=meta["drift_floor"],
-        )
+        try:
+            return cls(storage=storage, policy=chosen, **{name: meta[name] for name in names})
+        except IndexMismatchError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise CorruptIndexError(f"{manifest}: the saved parameters are invalid ({exc}); the index is damaged") from None
 
     def __repr__(self) -> str:
         b, r = self.bands
