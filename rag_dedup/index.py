@@ -848,11 +848,11 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
     _check_key(key, f"{where}key")
     if not isinstance(text, str):
         raise TypeError(f"{where}text must be str, got {type(text).__name__} (key {key!r})")
-    check_unicode(text, f"{where}text (key {key!r})")
+    check_unicode(text, "%stext (key %r)", where, key)
     if source is not None:
         if not isinstance(source, str):
             raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
-        check_unicode(source, f"{where}source (key {key!r})")
+        check_unicode(source, "%ssource (key %r)", where, key)
     if type(authority) is not float:
         if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
             raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")

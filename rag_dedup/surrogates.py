@@ -31,18 +31,22 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PREVIEW = 60
 
 
-def check_unicode(value: str, what: str) -> None:
+def check_unicode(value: str, what: str, *args: object) -> None:
     """Raise :class:`~rag_dedup.errors.InvalidTextError` if ``value`` holds a lone surrogate.
 
     Args:
         value: The string to check (ASCII is checked in O(1)).
-        what: How the message names it, e.g. ``"key of items[537]"``.
+        what: How the message names it, e.g. ``"key of items[537]"``; with ``args``, a ``%`` format
+            of them, formatted only when the check fails (as logging does), so that a caller in a loop
+            pays nothing for the message.
     """
     if value.isascii():
         return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
+        if args:
+            what = what % args
         preview = escape_surrogates(value[:_PREVIEW]) + ("..." if len(value) > _PREVIEW else "")
         raise InvalidTextError(
             f"{what} holds a lone surrogate ({value[exc.start]!r} at position {exc.start} of {preview!r}), so it is "

@@ -295,9 +295,10 @@ def _check_groups(path: Path, arrays: dict[str, np.ndarray], b: int) -> int:
     offsets, shingles = arrays["shingle_offsets"], arrays["shingles"]
     if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(shingles) or (np.diff(offsets) < 1).any():
         _corrupt(path, f"shingle offsets do not cut {len(shingles)} shingles into {n} non-empty groups")
-    inside = np.ones(len(shingles), dtype=bool)
-    inside[offsets[:-1]] = False  # the first shingle of a group need not exceed the last of the previous
-    if len(shingles) and (np.diff(shingles.astype(np.int64), prepend=-1)[inside] <= 0).any():
+    # unsorted[i]: shingle i + 1 does not exceed shingle i; the first of a group may (a boundary).
+    unsorted = shingles[1:] <= shingles[:-1]
+    unsorted[offsets[1:-1] - 1] = False
+    if unsorted.any():
         _corrupt(path, "a group's shingles are not sorted and distinct")
     keys, gids = arrays["band_keys"], arrays["band_gids"]
     if len(keys) != len(gids) or len(keys) != n * b:
@@ -369,7 +370,7 @@ def _check_clusters(
                 _corrupt(path, f"cluster {i} ({rep!r}): {key!r} is a member of two clusters")
             members_seen.add(key)
             out.append((key, float(sim)))
-        if len(out) < 2 or rep not in {k for k, _ in out}:
+        if len(out) < 2 or not any(k == rep for k, _ in out):
             _corrupt(path, f"cluster {i} ({rep!r}) has fewer than two members or lacks its representative")
         clusters.append((rep, out))
     return components, clusters
