@@ -269,6 +269,8 @@ class DedupIndex:
 
         Raises:
             TypeError: ``key`` or ``text`` (or another argument) has the wrong type.
+            InvalidTextError: ``key``, ``text`` or ``source`` holds a lone surrogate (not valid Unicode;
+                see :mod:`rag_dedup.surrogates`); nothing is added.
             ValueError: ``key`` is already in the index with another text or metadata (``remove`` it
                 first to replace it). Adding an identical item again is a no-op.
         """
@@ -287,7 +289,8 @@ class DedupIndex:
             One :class:`Match` per item, as things stand after the whole batch.
 
         Raises:
-            TypeError, ValueError: As :meth:`add`, naming the offending item; nothing is added then
+            TypeError, ValueError, InvalidTextError: As :meth:`add`, naming the offending item
+                (``items[i]``) and argument; nothing is added then
                 from the batch that held it (batches of 1,024 items, or of a sixteenth of the
                 items already indexed when that is more, at most 16,384).
 

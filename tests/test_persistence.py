@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import zipfile
 from pathlib import Path
@@ -153,18 +155,12 @@ def test_npz_is_a_plain_zip(saved) -> None:
 # --- crafted and damaged files (issue 17 item 5) -----------------------------------------------
 def rewrite(path: Path, role: str, change) -> None:
     """Change one data file and make the manifest consistent again (sizes, checksums, its own digest)."""
-    import hashlib
-
-    from rag_dedup.storage import directory
-
     manifest = json.loads((path / MANIFEST).read_text())
     file = path / manifest["files"][role]["name"]
     if role == "groups":
         with np.load(file, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         change(arrays)
-        import io
-
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         data = buf.getvalue()

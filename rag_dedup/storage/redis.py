@@ -38,6 +38,15 @@ and asking for components reads ahead what the index reads next to recluster the
 costs about twenty round trips in all (measured: 16 for 500 chunks, ~23 for 1024), not one per band,
 per chunk or per cluster. :attr:`RedisStorage.round_trips` counts them.
 
+**Nothing lost silently.** Connecting refuses a server whose ``maxmemory-policy`` is not
+``noeviction`` (:class:`~rag_dedup.errors.RedisConfigurationError`; ``allow_eviction=True`` accepts it).
+Once this object has seen the namespace hold an index, taking the lock also asks (in the same round
+trip) whether ``ns:meta`` still exists, and whether ``ns:next_gid`` does while ``ns:groups`` does; every
+read outside a batch asks for ``ns:meta`` in its pipeline. A namespace that lost them raises
+:class:`~rag_dedup.errors.NamespaceLost` before anything is written. Every value read back is decoded
+strictly (decimal ids only, JSON of the expected shape and types, packed arrays of whole, sorted
+entries); anything else raises :class:`~rag_dedup.errors.CorruptIndexError` naming the key and field.
+
 Lists come back sorted (the keys of a group or of a source), where MemoryStorage keeps insertion
 order; no caller depends on that order, and sorted lists are the same in every worker.
 
