@@ -12,20 +12,33 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from rag_dedup.index import DedupIndex, IndexMismatchError, Match
+from rag_dedup.errors import (
+    CorruptIndexError,
+    IndexMismatchError,
+    InvalidTextError,
+    LockLost,
+    LockTimeout,
+    NamespaceLost,
+    RagDedupError,
+    RedisConfigurationError,
+    RedisUnavailable,
+    SharedIndexRequired,
+)
+from rag_dedup.index import DedupIndex, Match
 from rag_dedup.lsh import candidate_probability, choose_bands, knee
 from rag_dedup.normalize import canonical, exact_key
 from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
-from rag_dedup.storage import CorruptIndexError, MemoryStorage, Storage
+from rag_dedup.storage import MemoryStorage, Storage
+from rag_dedup.surrogates import escape_surrogates
 
 if TYPE_CHECKING:
     from rag_dedup.llama_index.chunking import SentenceChunker
     from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
     from rag_dedup.llama_index.postprocessor import DedupPostprocessor
     from rag_dedup.llama_index.retriever import DistinctRetriever
-    from rag_dedup.llama_index.transform import DedupTransform, SharedIndexRequired
+    from rag_dedup.llama_index.transform import DedupTransform
 
 __all__ = [
     "DEDUP_CLUSTER",
@@ -37,15 +50,23 @@ __all__ = [
     "DedupTransform",
     "DistinctRetriever",
     "IndexMismatchError",
+    "InvalidTextError",
+    "LockLost",
+    "LockTimeout",
     "Match",
     "Member",
     "MemoryStorage",
+    "NamespaceLost",
+    "RagDedupError",
+    "RedisConfigurationError",
+    "RedisUnavailable",
     "SentenceChunker",
     "SharedIndexRequired",
     "Storage",
     "candidate_probability",
     "canonical",
     "choose_bands",
+    "escape_surrogates",
     "exact_key",
     "jaccard",
     "knee",
@@ -61,7 +82,6 @@ _LAZY = {
     "DEDUP_DUPLICATE_OF": "rag_dedup.llama_index.metadata",
     "SentenceChunker": "rag_dedup.llama_index.chunking",
     "DedupTransform": "rag_dedup.llama_index.transform",
-    "SharedIndexRequired": "rag_dedup.llama_index.transform",
     "DedupPostprocessor": "rag_dedup.llama_index.postprocessor",
     "DistinctRetriever": "rag_dedup.llama_index.retriever",
 }

@@ -55,6 +55,7 @@ import numpy as np
 
 from rag_dedup import lsh
 from rag_dedup.clusters import UnionFind, cluster_component
+from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
@@ -62,8 +63,9 @@ from rag_dedup.shingles import DEFAULT_NGRAM, canonical_digest, shingle_hashes_m
 from rag_dedup.similarity import jaccard, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
+from rag_dedup.surrogates import check_unicode
 
-__all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "IndexMismatchError", "Match"]
+__all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 
 #: Version of the index's stored layout (directory and Redis).
 FORMAT_VERSION = 1
@@ -87,10 +89,6 @@ Kind = Literal["unique", "exact", "near"]
 def _batch_size(indexed: int) -> int:
     """How many items :meth:`DedupIndex.add_many` takes in its next batch, ``indexed`` items in."""
     return min(_BATCH_MAX, max(_BATCH, indexed // _BATCH_SHARE))
-
-
-class IndexMismatchError(ValueError):
-    """A stored index was made with other parameters than the ones asked for, or by another format."""
 
 
 class Match(NamedTuple):
@@ -270,6 +268,8 @@ class DedupIndex:
 
         Raises:
             TypeError: ``key`` or ``text`` (or another argument) has the wrong type.
+            InvalidTextError: ``key``, ``text`` or ``source`` holds a lone surrogate (not valid Unicode;
+                see :mod:`rag_dedup.surrogates`); nothing is added.
             ValueError: ``key`` is already in the index with another text or metadata (``remove`` it
                 first to replace it). Adding an identical item again is a no-op.
         """
@@ -288,7 +288,8 @@ class DedupIndex:
             One :class:`Match` per item, as things stand after the whole batch.
 
         Raises:
-            TypeError, ValueError: As :meth:`add`, naming the offending item; nothing is added then
+            TypeError, ValueError, InvalidTextError: As :meth:`add`, naming the offending item
+                (``items[i]``) and argument; nothing is added then
                 from the batch that held it (batches of 1,024 items, or of a sixteenth of the
                 items already indexed when that is more, at most 16,384).
 
@@ -752,13 +753,19 @@ class DedupIndex:
 
         Raises:
             FileNotFoundError: No saved index at ``path``.
-            rag_dedup.storage.directory.CorruptIndexError: A file is damaged, truncated or missing.
-            IndexMismatchError: A newer format, or a custom policy that was not passed.
+            CorruptIndexError: A file is damaged, truncated, missing, of another format version, or
+                holds values out of range (the message names the file).
+            IndexMismatchError: The saved parameters disagree with each other or with this rag-dedup
+                (e.g. another normalisation), or a custom policy was not passed.
         """
-        from rag_dedup.storage.directory import load_directory
+        from rag_dedup.storage.directory import MANIFEST, load_directory
 
         meta, storage = load_directory(path)
-        saved_policy = meta.get("policy")
+        manifest = os.path.join(os.fspath(path), MANIFEST)
+        names = ("threshold", "num_perm", "ngram", "seed", "drift_floor")
+        if any(name not in meta for name in (*names, "policy")):
+            raise CorruptIndexError(f"{manifest}: the parameters lack one of {[*names, 'policy']}; the index is damaged")
+        saved_policy = meta["policy"]
         if policy is None and saved_policy != _policy_name(longest_then_authority):
             raise IndexMismatchError(
                 f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}; pass policy= that function"
@@ -768,15 +775,12 @@ class DedupIndex:
             raise IndexMismatchError(
                 f"{os.fspath(path)!r} was saved with representative policy {saved_policy!r}, not {_policy_name(chosen)!r}"
             )
-        return cls(
-            threshold=meta["threshold"],
-            num_perm=meta["num_perm"],
-            ngram=meta["ngram"],
-            storage=storage,
-            policy=chosen,
-            seed=meta["seed"],
-            drift_floor=meta["drift_floor"],
-        )
+        try:
+            return cls(storage=storage, policy=chosen, **{name: meta[name] for name in names})
+        except IndexMismatchError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise CorruptIndexError(f"{manifest}: the saved parameters are invalid ({exc}); the index is damaged") from None
 
     def __repr__(self) -> str:
         b, r = self.bands
@@ -832,20 +836,25 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
 
 
 def _check_key(key: object, name: str) -> None:
-    if type(key) is str and key:
+    """A key is a non-empty str that is valid Unicode (see :mod:`rag_dedup.surrogates`)."""
+    if type(key) is str and key and key.isascii():
         return
     if not isinstance(key, str):
         raise TypeError(f"{name} must be str, got {type(key).__name__}")
     if not key:
         raise ValueError(f"{name} must be a non-empty string")
+    check_unicode(key, name)
 
 
 def _parse_item(key: object, text: object, source: object, authority: object, first_seen: object, where: str) -> _Item:
     _check_key(key, f"{where}key")
     if not isinstance(text, str):
         raise TypeError(f"{where}text must be str, got {type(text).__name__} (key {key!r})")
-    if source is not None and not isinstance(source, str):
-        raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
+    check_unicode(text, "%stext (key %r)", where, key)
+    if source is not None:
+        if not isinstance(source, str):
+            raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
+        check_unicode(source, "%ssource (key %r)", where, key)
     if type(authority) is not float:
         if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
             raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
@@ -860,7 +869,15 @@ _FIELDS = frozenset(("key", "text", "source", "authority", "first_seen"))
 
 
 def _parse_raw(raw: object, i: int) -> _Item:
-    if type(raw) is tuple and len(raw) == 2 and type(raw[0]) is str and raw[0] and type(raw[1]) is str:
+    if (
+        type(raw) is tuple
+        and len(raw) == 2
+        and type(raw[0]) is str
+        and raw[0]
+        and raw[0].isascii()
+        and type(raw[1]) is str
+        and raw[1].isascii()
+    ):
         return _new_item(_Item, (raw[0], raw[1], None, 0.0, None))  # the common case, checked in one line
     where = "items[%d]: " % i
     if type(raw) is dict or isinstance(raw, Mapping):
@@ -868,8 +885,10 @@ def _parse_raw(raw: object, i: int) -> _Item:
             return _parse_item(
                 raw["key"], raw["text"], raw.get("source"), raw.get("authority", 0.0), raw.get("first_seen"), where
             )
+        # Field names of any type (a mapping may have int keys): shown by repr, never compared.
         raise ValueError(
-            f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); got {sorted(raw)}"
+            f"{where}a mapping needs 'key' and 'text' (and may have source, authority, first_seen); "
+            f"got fields {', '.join(sorted(map(repr, raw)))}"
         )
     if isinstance(raw, tuple) and len(raw) == 2:
         return _parse_item(raw[0], raw[1], None, 0.0, None, where)

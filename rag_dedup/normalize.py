@@ -17,15 +17,41 @@ import hashlib
 import re
 import unicodedata
 
+import numpy as np
+
+from rag_dedup.surrogates import check_unicode
+
 __all__ = ["NORMALIZATION", "canonical", "exact_digest", "exact_key", "token_form"]
 
 #: Name and version of the normalisation below. Persisted with every index: a saved index whose
 #: keys were computed under another normalisation cannot be extended, so loading checks it.
-NORMALIZATION = "nfkc-casefold-v1"
+#: v2: every default-ignorable code point removed (v1 removed six), and the Unicode folding repeated
+#: until it is stable, so that canonical(canonical(t)) == canonical(t).
+NORMALIZATION = "nfkc-casefold-v2"
 
-# Zero-width space, zero-width non-joiner and joiner, word joiner, BOM / zero-width no-break space,
-# and the soft hyphen: invisible characters that copy-paste and PDF extraction sprinkle into text.
-_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+# The default-ignorable code points of Unicode (DerivedCoreProperties.txt, Default_Ignorable_Code_Point;
+# the same set since Unicode 7): invisible characters that copy-paste and PDF extraction sprinkle into
+# text. Among them: the soft hyphen, the combining grapheme joiner U+034F, the Arabic letter mark, the
+# Hangul fillers, the Mongolian free variation selectors and vowel separator U+180E, zero-width space,
+# non-joiner and joiner, LRM and RLM, the bidirectional embeddings and isolates, the word joiner and the
+# invisible operators U+2061-U+2064, the variation selectors, the BOM, and the tag characters.
+_IGNORABLE_RANGES = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+_IGNORABLE = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _IGNORABLE_RANGES) + "]")
+# The same set as a lookup table over UTF-16 code units, for texts of _TABLE_FROM characters or more:
+# there a table lookup in numpy is ~2x faster than the regex search (whose cost per character is that
+# of casefold itself); below, numpy's fixed cost per call is larger than the search. Surrogate code
+# units (D800-DFFF: a character above U+FFFF) are marked too, and such a text is searched by the regex.
+_TABLE_FROM = 512
+_IGNORABLE_UNITS = np.zeros(0x10000, dtype=bool)
+for _lo, _hi in ((0xD800, 0xDFFF), *_IGNORABLE_RANGES):
+    _IGNORABLE_UNITS[_lo : min(_hi, 0xFFFF) + 1] = True
+# Rounds of the Unicode folding before it is taken as stable (real text needs one; see _fold_unicode).
+_MAX_ROUNDS = 4
 # The only whitespace characters outside ASCII that NFKC leaves alone (NBSP, em space, ideographic
 # space and the rest become U+0020): next line, Ogham space mark, line and paragraph separators.
 _WIDE_SPACES = "\u0085\u1680\u2028\u2029"
@@ -39,10 +65,13 @@ _BLANK_LINES = re.compile(rb"\n{3,}")
 def canonical(text: str) -> str:
     """Return the canonical form of ``text``.
 
-    Steps, in order: NFKC; zero-width characters, BOM and soft hyphen removed; CRLF and CR to LF;
-    every other whitespace run (spaces, tabs, NBSP, ...) folded to one space; spaces next to a
-    newline dropped; three or more newlines folded to two; leading and trailing whitespace stripped;
-    casefold.
+    Steps, in order: NFKC, casefold, NFKC again (casefolding can undo NFKC: ``"ß\u0301"`` folds to
+    ``"ss\u0301"``, whose NFKC is ``"s\u015b"``), every default-ignorable code point removed (zero-width
+    characters, BOM, soft hyphen, LRM/RLM, U+034F, U+180E, U+2061-U+2064, variation selectors, ...), and
+    these repeated until nothing changes; then CRLF and CR to LF; every other whitespace run (spaces,
+    tabs, NBSP, ...) folded to one space; spaces next to a newline dropped; three or more newlines folded
+    to two; leading and trailing whitespace stripped. The result is a fixed point:
+    ``canonical(canonical(t)) == canonical(t)`` for every text.
 
     The work is done on UTF-8 bytes, where each rule first checks with a C-level scan whether it
     applies at all, so the common case (nothing to change) costs little. Multi-byte UTF-8 sequences
@@ -50,13 +79,19 @@ def canonical(text: str) -> str:
 
     Raises:
         TypeError: ``text`` is not a ``str``.
+        rag_dedup.errors.InvalidTextError: ``text`` holds a lone surrogate (see :mod:`rag_dedup.surrogates`).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     if text.isascii():
         return _fold_whitespace(text.encode("ascii")).lower().decode("ascii")
     # casefold() neither makes nor removes whitespace, so doing it before the folding is the same.
-    return _fold_whitespace(_fold_unicode(text).encode("utf-8")).decode("utf-8")
+    try:
+        data = _fold_unicode(text).encode("utf-8")
+    except UnicodeEncodeError:
+        check_unicode(text, "text")  # raises InvalidTextError naming the surrogate
+        raise
+    return _fold_whitespace(data).decode("utf-8")
 
 
 def token_form(text: str) -> str:
@@ -77,15 +112,40 @@ def token_form(text: str) -> str:
 
 
 def _fold_unicode(text: str) -> str:
-    """NFKC, invisible characters removed, the whitespace NFKC leaves alone to a space, casefold."""
-    text = unicodedata.normalize("NFKC", text)
-    for ch in _INVISIBLE:
-        if ch in text:
-            text = text.replace(ch, "")
+    """NFKC, casefold, NFKC, default-ignorables removed, until stable; wide whitespace to a space.
+
+    One round is stable when casefolding changed nothing, or when the second NFKC changed nothing
+    (casefold is idempotent, so its output stays folded), and no ignorable was removed; then a second
+    round would return its input. Real text needs one round; a round that removed an ignorable or
+    recomposed characters is followed by another (``"s\u034f\u0301"`` loses U+034F, and the ``s`` and
+    the accent then compose), at most :data:`_MAX_ROUNDS` in all.
+    """
+    for _ in range(_MAX_ROUNDS):
+        normal = unicodedata.normalize("NFKC", text)
+        folded = normal.casefold()
+        stable = folded == normal
+        if not stable:
+            renormal = unicodedata.normalize("NFKC", folded)
+            stable = renormal == folded
+            folded = renormal
+        if _has_ignorable(folded):
+            folded = _IGNORABLE.sub("", folded)
+            stable = False
+        text = folded
+        if stable:
+            break
     for ch in _WIDE_SPACES:
         if ch in text:
             text = text.replace(ch, " ")
-    return text.casefold()
+    return text
+
+
+def _has_ignorable(text: str) -> bool:
+    """Whether ``text`` holds a default-ignorable code point (or, for a long text, any above U+FFFF)."""
+    if len(text) < _TABLE_FROM:
+        return _IGNORABLE.search(text) is not None
+    units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
+    return bool(_IGNORABLE_UNITS[units].any()) and _IGNORABLE.search(text) is not None
 
 
 def _fold_whitespace(data: bytes) -> bytes:

@@ -19,14 +19,18 @@ from typing import Any
 import pytest
 import redis
 
-from rag_dedup import DedupIndex
-from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
-from rag_dedup.storage.redis import (
+from rag_dedup import (
+    CorruptIndexError,
+    DedupIndex,
     LockLost,
     LockTimeout,
-    RedisStorage,
+    NamespaceLost,
+    RagDedupError,
+    RedisConfigurationError,
     RedisUnavailable,
 )
+from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
+from rag_dedup.storage.redis import RedisStorage
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 NAMESPACE = "faults"
@@ -93,7 +97,7 @@ def test_unreachable_server_at_start_is_named_without_its_password():
     with pytest.raises(ConnectionError, match=rf"cannot reach Redis at redis://:\*\*\*@127\.0\.0\.1:{port}/3") as info:
         DedupIndex(storage=url)
     assert "hunter2" not in str(info.value)
-    assert isinstance(info.value, redis.ConnectionError)
+    assert isinstance(info.value, RagDedupError)
 
 
 def _kill_before(storage: RedisStorage, server: Any, method: str) -> None:
@@ -254,3 +258,120 @@ def test_the_lock_is_renewed_while_a_batch_works(redis_url):
         time.sleep(2.5)  # longer than lock_timeout: only the renewals keep the lock alive
     assert storage.get_items(["k"]) == [ItemRecord(EMPTY_GROUP, 1, None, 0.0, None)]
     assert storage.renewals >= 2
+
+
+# --- state loss (issue 17 item 4) ------------------------------------------------------------------
+def configure(url: str, **settings: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        for name, value in settings.items():
+            client.config_set(name.replace("_", "-"), value)
+    finally:
+        client.close()
+
+
+def test_a_server_that_may_evict_keys_is_refused_unless_allowed(redis_server_factory):
+    """Guards issue 17 item 4: under allkeys-lru 147,603 keys were evicted and 9,727 of 20,000 rows came out wrong."""
+    server = redis_server_factory()
+    configure(server.url, maxmemory="2mb", maxmemory_policy="allkeys-lru")
+    with pytest.raises(RedisConfigurationError, match=r"maxmemory-policy 'allkeys-lru'.*noeviction.*allow_eviction=True"):
+        open_index(server.url)
+    index = open_index(server.url, allow_eviction=True)
+    index.add_many(FIRST[:50])
+    assert len(index) == 50
+    configure(server.url, maxmemory_policy="noeviction")
+    assert len(open_index(server.url)) == 50
+
+
+def test_a_restart_without_persistence_fails_the_next_batch_and_read(redis_server_factory):
+    """Guards issue 17 item 4: after a restart without AOF all workers exited 0 with 12,288 of 20,000 items gone."""
+    server = redis_server_factory(appendonly=False)
+    index = open_index(server.url)
+    index.add_many(FIRST)
+    server.restart()
+    with pytest.raises(NamespaceLost, match=r"lost its parameters \(key meta\).*restarted without persistence"):
+        index.add_many(SECOND)
+    with pytest.raises(NamespaceLost):
+        index.match(FIRST[0]["key"])
+    with pytest.raises(NamespaceLost):
+        index.query(FIRST[0]["text"])
+    assert snapshot(server.url, NAMESPACE) == {}  # the failed batch wrote nothing
+
+
+@pytest.mark.parametrize(
+    ("lost", "message"),
+    [
+        pytest.param("meta", r"lost its parameters \(key meta\)", id="meta"),
+        pytest.param("next_gid", r"lost its group-id counter \(key next_gid\) while it holds groups", id="counter"),
+    ],
+)
+def test_a_namespace_that_lost_its_meta_or_counter_fails_the_batch_loudly(redis_url, lost, message):
+    """Guards issue 17 item 4: a lost next_gid made group ids repeat; nothing of the failing batch is written."""
+    index = open_index(redis_url)
+    index.add_many(FIRST)
+    client = redis.Redis.from_url(redis_url)
+    client.delete(f"{NAMESPACE}:{lost}")
+    client.close()
+    before = snapshot(redis_url, NAMESPACE)
+    with pytest.raises(NamespaceLost, match=message):
+        index.add_many(SECOND)
+    assert snapshot(redis_url, NAMESPACE) == before
+    if lost == "meta":
+        with pytest.raises(NamespaceLost, match="still holds data"):
+            open_index(redis_url)  # a new worker does not take the remains for a new namespace
+
+
+# --- hostile stored values (issue 17 item 5) --------------------------------------------------------
+def _first_group(client: redis.Redis) -> bytes:
+    return sorted(client.hkeys(f"{NAMESPACE}:groups"), key=int)[0]
+
+
+def _first_digest(client: redis.Redis) -> bytes:
+    packed = client.hget(f"{NAMESPACE}:groups", _first_group(client))
+    return packed[1 : 1 + packed[0]]
+
+
+def _a_bucket(client: redis.Redis) -> bytes:
+    return next(iter(client.scan_iter(match=f"{NAMESPACE}:b:*")))
+
+
+HOSTILE = [
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"\xff\xfe"), r":items\[.*\] holds b'\\xff\\xfe'", id="item-not-utf8"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"[" * 100000), r":items\[.*\] holds", id="item-deeply-nested"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"[1e999, 5, null, 0, null]"), r":items\[", id="item-overflow"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"[0, 5, 7, 0, null]"), r"source is not a string", id="item-source-int"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b'{"a": 1}'), r"not a list of 5 values", id="item-object"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:cof", FIRST[0]["key"], b'["x", "0.9"]'), r":cof\[.*similarity is not a finite number", id="cluster-entry"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b""), r":groups\[0\] holds b''", id="group-empty"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b"\x10abc"), r":groups\[0\]", id="group-short"),
+    pytest.param(lambda c: c.sadd(_a_bucket(c), b"12abc"), r"<band key> holds b'12abc'", id="bucket-member"),
+    pytest.param(lambda c: c.set(f"{NAMESPACE}:next_gid", b"many"), r":next_gid cannot be read", id="counter-not-int"),
+    pytest.param(lambda c: (c.delete(f"{NAMESPACE}:items"), c.set(f"{NAMESPACE}:items", b"x")), r":items cannot be read", id="wrong-type"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:digests", _first_digest(c), b" 7"), r":digests\[.*\] holds b' 7'", id="digest-id-spaces"),
+]
+
+
+@pytest.mark.parametrize(("damage", "message"), HOSTILE)
+def test_hostile_values_raise_a_corrupt_index_error_naming_the_key(redis_url, damage, message):
+    """Guards issue 17 item 5: 54 of 296 hostile-value runs raised raw UnicodeDecodeError, ValueError,
+    RecursionError or OverflowError without naming the key."""
+    index = open_index(redis_url)
+    index.add_many(FIRST[:100])
+    client = redis.Redis.from_url(redis_url)
+    damage(client)
+    client.close()
+    keys = [item["key"] for item in FIRST[:100]]
+    raised: list[BaseException] = []
+    for call in (
+        lambda: index.matches(keys),
+        lambda: [index.query(item["text"]) for item in FIRST[:100]],
+        lambda: index.add_many(FIRST[:100] + [{"key": "new", "text": FIRST[0]["text"] + " again", "source": "x"}]),
+        lambda: list(index.clusters()),
+    ):
+        try:
+            call()
+        except CorruptIndexError as exc:
+            raised.append(exc)
+    assert raised, "no call noticed the damage"
+    assert any(re.search(message, str(exc)) for exc in raised), [str(e) for e in raised]
+    assert all("drop() it" in str(exc) for exc in raised)

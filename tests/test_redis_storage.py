@@ -21,10 +21,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import DedupIndex, IndexMismatchError, MemoryStorage
+from rag_dedup import DedupIndex, IndexMismatchError, MemoryStorage, RedisUnavailable
 from rag_dedup.storage import redis as redis_module
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
-from rag_dedup.storage.redis import RedisStorage, RedisUnavailable
+from rag_dedup.storage.redis import RedisStorage
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -402,6 +402,9 @@ def test_tls_urls_work_and_an_untrusted_certificate_is_a_clear_error(redis_serve
         pytest.param({"namespace": 3}, TypeError, "namespace must be a str", id="namespace-not-str"),
         pytest.param({"lock_timeout": -1}, ValueError, r"lock_timeout \(-1\)", id="lock-timeout-negative"),
         pytest.param({"lock_wait": "5"}, TypeError, "lock_wait must be a number", id="lock-wait-str"),
+        pytest.param({"allow_eviction": "yes"}, TypeError, "allow_eviction must be True or False", id="allow-eviction-str"),
+        pytest.param({"url": "redis://localhost:6379/notanint"}, ValueError, r"names the database 'notanint'", id="db-not-int"),
+        pytest.param({"url": "redis://:pa#ss@localhost:6379/0"}, ValueError, r"'redis://:\*\*\*@localhost:6379/0' contains '#'.*%23", id="hash-in-password"),
     ],
 )
 def test_bad_arguments_are_refused(redis_url, kwargs, error, message):
@@ -486,3 +489,29 @@ def test_dedup_transform_with_two_pipeline_workers_finds_duplicates_across_their
     first_worker = {item["key"] for item in ITEMS[: len(ITEMS) // 2]}  # the pipeline splits its input in order
     across = [m for m in matches if m.duplicate_of and (m.key in first_worker) != (m.duplicate_of in first_worker)]
     assert len(across) > 10
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        pytest.param("redis://h:6379/0?password=S3cret", "redis://h:6379/0?password=***", id="query-password"),
+        pytest.param("redis://u:S3cret@h:6379/0", "redis://u:***@h:6379/0", id="user-password"),
+        pytest.param("redis://:S3#cret@h/0", "redis://:***@h/0", id="hash"),
+        pytest.param("redis://:S3/c@ret@h/0", "redis://:***@h/0", id="slash-and-at"),
+        pytest.param("rediss://h/0?ssl_ca_certs=/ca.pem&Password=S3cret", "rediss://h/0?ssl_ca_certs=/ca.pem&Password=***", id="later-parameter"),
+    ],
+)
+def test_redaction_hides_every_form_of_password(url: str, shown: str) -> None:
+    """Guards issue 17 item 8: a password in the query string, or holding '#', reached messages and repr()."""
+    assert redis_module._redact(url) == shown
+
+
+def test_a_query_string_password_never_reaches_messages_or_repr(redis_server_factory):
+    server = redis_server_factory(password="S3cret")
+    url = f"redis://127.0.0.1:{server.port}/0?password=S3cret"
+    storage = RedisStorage(url, namespace="qs")
+    assert "S3cret" not in repr(storage) and "S3cret" not in repr(DedupIndex(storage=storage))
+    server.kill()
+    with pytest.raises(RedisUnavailable) as info:
+        RedisStorage(url, namespace="qs")
+    assert "S3cret" not in str(info.value) and "password=***" in str(info.value)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 
 import numpy as np
 import pytest
+import regex
 from corpus import chunks, documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import canonical, exact_key, jaccard, shingle_hashes
+from rag_dedup import InvalidTextError, canonical, exact_key, jaccard, shingle_hashes
 from rag_dedup.minhash import EMPTY_VALUE, MinHasher, estimate_jaccard, reference_signature
 from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many
 
@@ -19,15 +21,24 @@ from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many
 # canonical
 
 
+# Unicode's own Default_Ignorable_Code_Point property (the third-party regex module, which nltk brings),
+# not the table that normalize.py keeps.
+DEFAULT_IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+
+
 def spec_canonical(text: str) -> str:
-    """The normalisation exactly as the issue states it, step by step, with no fast paths."""
-    text = unicodedata.normalize("NFKC", text)
-    text = re.sub("[\u200b\u200c\u200d\u2060\ufeff\u00ad]", "", text)
+    """The normalisation exactly as documented, step by step, with no fast paths."""
+    while True:
+        folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+        folded = DEFAULT_IGNORABLE.sub("", folded)
+        if folded == text:
+            break
+        text = folded
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = re.sub(r"[^\S\n]+", " ", text)
     text = re.sub(r" ?\n ?", "\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
-    return text.strip().casefold()
+    return text.strip()
 
 
 @pytest.mark.parametrize(
@@ -46,6 +57,10 @@ def spec_canonical(text: str) -> str:
         pytest.param("Straße ΣΊΣΥΦΟΣ", "strasse σίσυφοσ", id="casefold"),
         pytest.param("next\u0085line\u2028sep", "next line sep", id="unicode-line-separators"),
         pytest.param(" \t\r\n\u00a0", "", id="whitespace-only"),
+        pytest.param("a\u200eb\u200fc\u034fd\u2061e\u2064f\u180eg\ufe0fh", "abcdefgh", id="lrm-rlm-cgj-invisible-ops"),
+        pytest.param("\u202aembedded\u202c \u2066isolate\u2069", "embedded isolate", id="bidi-controls"),
+        pytest.param("ß\u0301", "s\u015b", id="casefold-then-compose"),
+        pytest.param("s\u034f\u0301", "\u015b", id="compose-after-removing-cgj"),
     ],
 )
 def test_canonical_examples(text: str, expected: str) -> None:
@@ -58,6 +73,39 @@ def test_canonical_examples(text: str, expected: str) -> None:
 def test_canonical_fast_paths_equal_the_specification(text: str) -> None:
     """Guards the ASCII and byte-level fast paths against drifting from the stated normalisation."""
     assert canonical(text) == spec_canonical(text)
+
+
+_TRICKY = list("aZé ß\t\n\r\u00a0\u200b\u00ad\ufeff\u034f\u200e\u180e\u2061\u0301\u0345\u1160ᄀ가ſΣ\u0130ﬁ.")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet=st.sampled_from(_TRICKY), max_size=40), st.text(st.characters(blacklist_categories=["Cs"]))))
+def test_canonical_is_idempotent(text: str) -> None:
+    """Guards issue 17 item 9: canonical("ß\u0301") was "ss\u0301", whose own canonical form is "s\u015b"."""
+    once = canonical(text)
+    assert canonical(once) == once
+    assert not DEFAULT_IGNORABLE.search(once)
+    assert once == spec_canonical(text)
+
+
+def test_every_default_ignorable_code_point_is_removed() -> None:
+    ignorable = "".join(chr(c) for c in range(sys.maxunicode + 1) if DEFAULT_IGNORABLE.match(chr(c)))
+    assert len(ignorable) > 4000
+    assert canonical(f"a{ignorable}b") == "ab"
+
+
+def test_default_ignorable_code_points_are_removed_from_long_texts_too() -> None:
+    """Long texts are screened by a lookup table rather than the regex; both must find every one."""
+    ignorable = [chr(c) for c in range(0x10000) if DEFAULT_IGNORABLE.match(chr(c))]
+    body = "Grüße " * 100
+    for ch in ignorable:
+        assert canonical(body + ch + "Ende") == canonical(body + "Ende"), hex(ord(ch))
+
+
+@pytest.mark.parametrize("text", ["caf\udce9", "\ud800", "ok then \udfff"], ids=["escaped-byte", "high", "low"])
+def test_canonical_refuses_lone_surrogates_naming_them(text: str) -> None:
+    with pytest.raises(InvalidTextError, match=r"text holds a lone surrogate \('\\ud[0-9a-f]{3}' at position \d+"):
+        canonical(text)
 
 
 def test_canonical_matches_specification_on_real_text() -> None:

@@ -53,6 +53,7 @@ from llama_index.core.schema import BaseNode, TransformComponent
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from pydantic import computed_field
 
+from rag_dedup.errors import SharedIndexRequired
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
 
@@ -66,10 +67,6 @@ DEFAULT_INDEX_DIRNAME = "dedup_index"
 DEFAULT_SETTINGS_FILENAME = "dedup_transform.json"
 _FORMAT = "rag-dedup-transform"
 _FORMAT_VERSION = 1
-
-
-class SharedIndexRequired(RuntimeError):
-    """A DedupTransform with a process-local index was about to be copied into another process."""
 
 
 class DedupTransform(TransformComponent):

@@ -38,6 +38,15 @@ and asking for components reads ahead what the index reads next to recluster the
 costs about twenty round trips in all (measured: 16 for 500 chunks, ~23 for 1024), not one per band,
 per chunk or per cluster. :attr:`RedisStorage.round_trips` counts them.
 
+**Nothing lost silently.** Connecting refuses a server whose ``maxmemory-policy`` is not
+``noeviction`` (:class:`~rag_dedup.errors.RedisConfigurationError`; ``allow_eviction=True`` accepts it).
+Once this object has seen the namespace hold an index, taking the lock also asks (in the same round
+trip) whether ``ns:meta`` still exists, and whether ``ns:next_gid`` does while ``ns:groups`` does; every
+read outside a batch asks for ``ns:meta`` in its pipeline. A namespace that lost them raises
+:class:`~rag_dedup.errors.NamespaceLost` before anything is written. Every value read back is decoded
+strictly (decimal ids only, JSON of the expected shape and types, packed arrays of whole, sorted
+entries); anything else raises :class:`~rag_dedup.errors.CorruptIndexError` naming the key and field.
+
 Lists come back sorted (the keys of a group or of a source), where MemoryStorage keeps insertion
 order; no caller depends on that order, and sorted lists are the same in every worker.
 
@@ -52,7 +61,9 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import random
+import re
 import secrets
 import threading
 import time
@@ -63,49 +74,32 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from rag_dedup.errors import (
+    CorruptIndexError,
+    LockLost,
+    LockTimeout,
+    NamespaceLost,
+    RedisConfigurationError,
+    RedisUnavailable,
+)
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 
 try:  # optional dependency: pip install rag-dedup[redis]
     import redis as _redis
     from redis.exceptions import ConnectionError as _RedisConnectionError
+    from redis.exceptions import ResponseError as _ResponseError
     from redis.exceptions import TimeoutError as _RedisTimeoutError
     from redis.exceptions import WatchError as _WatchError
 except ImportError:  # pragma: no cover - exercised only without the extra
     _redis = None
     _RedisConnectionError = ConnectionError  # type: ignore[misc,assignment]
+    _ResponseError = RuntimeError  # type: ignore[misc,assignment]
     _RedisTimeoutError = TimeoutError  # type: ignore[misc,assignment]
     _WatchError = RuntimeError  # type: ignore[misc,assignment]
 
-__all__ = ["LockLost", "LockTimeout", "RedisStorage", "RedisUnavailable"]
+__all__ = ["RedisStorage"]
 
 logger = logging.getLogger(__name__)
-
-# Exceptions:
-#
-#   ConnectionError (builtin) ─┐
-#   redis.ConnectionError ─────┴─ RedisUnavailable   server unreachable, or the connection dropped mid-batch
-#   TimeoutError ─────────────── LockTimeout         the write lock could not be taken in time
-#   RuntimeError ─────────────── LockLost            the lock expired before the batch could commit
-
-_CONNECTION_BASES: tuple[type[BaseException], ...] = (
-    (_RedisConnectionError, ConnectionError) if _redis is not None else (ConnectionError,)
-)
-
-
-class RedisUnavailable(*_CONNECTION_BASES):  # type: ignore[misc]
-    """The Redis server cannot be reached, or the connection dropped; the message names the URL.
-
-    Both ``except ConnectionError`` and ``except redis.ConnectionError`` catch it.
-    """
-
-
-class LockTimeout(TimeoutError):
-    """The namespace's write lock could not be acquired within ``lock_wait`` seconds."""
-
-
-class LockLost(RuntimeError):
-    """The write lock expired or was taken over before the batch committed; nothing was recorded."""
-
 
 # Compare-and-delete and compare-and-extend: only the holder of the token may release or renew.
 _RELEASE = """
@@ -149,6 +143,7 @@ _CHUNK = 4096
 _SCAN_COUNT = 1000
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _writes(method: F) -> F:
@@ -245,12 +240,20 @@ class RedisStorage(Storage):
         lock_wait: Seconds to wait for the lock before raising :class:`LockTimeout`.
         connect_timeout: Seconds to wait for a TCP connection.
         socket_timeout: Seconds to wait for a reply before the connection counts as lost.
+        allow_eviction: Accept a server whose ``maxmemory-policy`` is not ``noeviction``. By default such
+            a server is refused: it may evict the index's keys when memory runs short, and an index
+            with evicted keys gives wrong answers. (A lost namespace is still detected, see below.)
         **options: Passed to ``redis.Redis.from_url`` (for example ``ssl_ca_certs`` for ``rediss://``).
 
     Raises:
         ImportError: redis-py is not installed (``pip install rag-dedup[redis]``).
         TypeError, ValueError: A bad argument (the message says which and how to fix it).
         RedisUnavailable: The server cannot be reached (the message names the URL, not the password).
+        RedisConfigurationError: The server may evict keys, and ``allow_eviction`` is False.
+
+    A namespace that held an index and lost its parameters or its group counter (a restart without
+    persistence, a flush, eviction) raises :class:`~rag_dedup.errors.NamespaceLost` at the next batch or
+    read, instead of answering from what is left.
 
     Example (needs a server; the tests start one)::
 
@@ -270,6 +273,7 @@ class RedisStorage(Storage):
         lock_wait: float = 120.0,
         connect_timeout: float = 5.0,
         socket_timeout: float | None = 30.0,
+        allow_eviction: bool = False,
         **options: Any,
     ) -> None:
         if _redis is None:
@@ -280,6 +284,9 @@ class RedisStorage(Storage):
             raise TypeError(f"url must be a str like 'redis://localhost:6379/0', got {type(url).__name__}")
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url {_redact(url)!r} must start with redis://, rediss:// (TLS) or unix://")
+        _check_url(url)
+        if not isinstance(allow_eviction, bool):
+            raise TypeError(f"allow_eviction must be True or False, got {type(allow_eviction).__name__}")
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
         if not namespace or ":" in namespace:
@@ -299,7 +306,11 @@ class RedisStorage(Storage):
         self.lock_wait = float(lock_wait)
         self.connect_timeout = float(connect_timeout)
         self.socket_timeout = None if socket_timeout is None else float(socket_timeout)
+        self.allow_eviction = allow_eviction
         self.options = dict(options)
+        # True once this object has seen the namespace hold an index: from then on, a namespace
+        # without its parameters has lost them (NamespaceLost), it is not new.
+        self._known = False
         #: Network round trips made by this object's callers (reads, the lock, commits); the lock's
         #: renewal thread is counted separately in :attr:`renewals`.
         self.round_trips = 0
@@ -334,6 +345,26 @@ class RedisStorage(Storage):
             else:
                 hint = "is redis-server running there? (apt-get install redis-server; redis-server --port 6379)"
             raise RedisUnavailable(f"cannot reach Redis at {_redact(url)} ({exc}); {hint}") from exc
+        if not allow_eviction:
+            self._check_eviction_policy()
+
+    def _check_eviction_policy(self) -> None:
+        """Refuse a server that may evict keys (``maxmemory-policy`` other than ``noeviction``)."""
+        try:
+            self.round_trips += 1
+            section = self._client.info("memory")
+        except (_RedisConnectionError, _RedisTimeoutError) as exc:
+            self._client.close()
+            raise self._unavailable(exc, "while reading its configuration") from exc
+        policy = section.get("maxmemory_policy") if isinstance(section, dict) else None
+        if policy != "noeviction":
+            self._client.close()
+            raise RedisConfigurationError(
+                f"Redis at {_redact(self.url)} has maxmemory-policy {policy!r}: when memory runs short it evicts "
+                "keys, and an index with evicted keys answers wrongly without an error. Run the server with "
+                "maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or "
+                "pass allow_eviction=True to accept the risk"
+            )
 
     # --- copies into other processes --------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -345,6 +376,7 @@ class RedisStorage(Storage):
             "lock_wait": self.lock_wait,
             "connect_timeout": self.connect_timeout,
             "socket_timeout": self.socket_timeout,
+            "allow_eviction": self.allow_eviction,
             "options": self.options,
         }
 
@@ -407,11 +439,26 @@ class RedisStorage(Storage):
         started = time.monotonic()
         deadline = started + self.lock_wait
         delay = 0.0005
+        meta, counter, groups = self._prefix + b"meta", self._prefix + b"next_gid", self._prefix + b"groups"
         while True:
             try:
                 self.round_trips += 1
-                if self._client.set(self._lock_key, token, nx=True, px=ttl):
+                # One round trip: the SET, and (for a namespace known to hold an index) whether it still
+                # has its parameters, and its group counter if it has groups.
+                with self._client.pipeline(transaction=False) as pipe:
+                    pipe.set(self._lock_key, token, nx=True, px=ttl)
+                    pipe.exists(meta)
+                    pipe.exists(counter)
+                    pipe.exists(groups)
+                    taken, has_meta, has_counter, has_groups = pipe.execute()
+                if taken:
                     self.lock_wait_seconds += time.monotonic() - started
+                    if self._known and not has_meta:
+                        self._release_quietly(token)
+                        raise self._lost("its parameters (key meta)")
+                    if has_groups and not has_counter:
+                        self._release_quietly(token)
+                        raise self._lost("its group-id counter (key next_gid) while it holds groups")
                     return token
             except (_RedisConnectionError, _RedisTimeoutError) as exc:
                 self._stale_tokens.append(token)  # the SET may have succeeded without our hearing it
@@ -525,6 +572,37 @@ class RedisStorage(Storage):
     def _unavailable(self, exc: BaseException, what: str) -> RedisUnavailable:
         return RedisUnavailable(f"lost the connection to Redis at {_redact(self.url)} {what} ({exc})")
 
+    def _lost(self, what: str) -> NamespaceLost:
+        return NamespaceLost(
+            f"{self!r} lost {what}: the server restarted without persistence, was flushed, or evicted keys. "
+            "Nothing of this batch was written; the index in this namespace is incomplete: drop() it and index "
+            "again, and run Redis with appendonly yes and maxmemory-policy noeviction"
+        )
+
+    def _corrupt(self, key: bytes, raw: object, exc: BaseException) -> CorruptIndexError:
+        shown = raw[:80] if isinstance(raw, bytes) else raw
+        return CorruptIndexError(
+            f"{self!r}: {key.decode('utf-8', 'backslashreplace')} holds {shown!r}, which is not what rag-dedup "
+            f"stores there ({str(exc)[:120]}); the namespace is damaged: drop() it and index again"
+        )
+
+    def _decoded(self, key: bytes, fields: Sequence[bytes], raws: Sequence[Any], decode: Callable[[Any], T]) -> list[T | None]:
+        """``decode`` each value read from ``key`` (its hash ``fields``); None stays None.
+
+        Raises:
+            CorruptIndexError: A value is not what rag-dedup writes there; names the key and field.
+        """
+        try:
+            return [None if r is None else decode(r) for r in raws]
+        except _BAD_VALUE:
+            for field, r in zip(fields, raws):
+                if r is not None:
+                    try:
+                        decode(r)
+                    except _BAD_VALUE as exc:
+                        raise self._corrupt(key + b"[" + field + b"]" if field else key, r, exc) from None
+            raise
+
     # --- reading with the overlay -----------------------------------------------------------
     def _pipeline(self, build: Callable[[Any], None]) -> list[Any]:
         """Run the commands that ``build`` queues in one round trip; translate connection errors."""
@@ -532,14 +610,35 @@ class RedisStorage(Storage):
         build(pipe)
         if len(pipe) == 0:
             return []
+        # A read outside a batch also asks whether the namespace still has its parameters (a batch
+        # checked that when it took the lock), so that a lost index is not read as an empty one.
+        guard = self._known and self._txn() is None
+        if guard:
+            pipe.exists(self._prefix + b"meta")
+        commands = [args for args, _ in pipe.command_stack]
         try:
             self.round_trips += 1
-            return pipe.execute()
+            replies = pipe.execute(raise_on_error=False)
         except (_RedisConnectionError, _RedisTimeoutError) as exc:
             what = "in the middle of a batch; nothing of it was recorded, retry it" if self._txn() else "while reading"
             raise self._unavailable(exc, what) from exc
         finally:
             pipe.reset()
+        for args, reply in zip(commands, replies):
+            if isinstance(reply, _ResponseError):
+                raise self._wrong_type(args, reply)
+        if guard and not replies.pop():
+            raise self._lost("its parameters (key meta)")
+        return replies
+
+    def _wrong_type(self, args: Sequence[Any], exc: BaseException) -> CorruptIndexError:
+        """A command failed on a stored key (a key of another type, a non-integer counter)."""
+        key = next((a for a in args[1:] if isinstance(a, bytes) and a.startswith(self._prefix)), None)
+        where = key.decode("utf-8", "backslashreplace") if key is not None else f"a {args[0]} command"
+        return CorruptIndexError(
+            f"{self!r}: {where} cannot be read as rag-dedup stores it ({exc}); the namespace is damaged: drop() it "
+            "and index again"
+        )
 
     def _fetch(
         self,
@@ -678,7 +777,8 @@ class RedisStorage(Storage):
 
         wanted = {h: unseen(h, keys) for h in (items, cof)}
         self._fetch(hashes={h: fs for h, fs in wanted.items() if fs})
-        reps = sorted({_enc(json.loads(raw)[0]) for raw in self._hmget(cof, keys) if raw is not None})
+        entries = self._decoded(cof, keys, self._hmget(cof, keys), _decode_cluster_entry)
+        reps = sorted({_enc(e[0]) for e in entries if e is not None})
         reps = unseen(self._prefix + b"clusters", reps)
         if reps:
             self._fetch(hashes={self._prefix + b"clusters": reps})
@@ -698,6 +798,8 @@ class RedisStorage(Storage):
                         break
             except (_RedisConnectionError, _RedisTimeoutError) as exc:
                 raise self._unavailable(exc, "while reading") from exc
+            except _ResponseError as exc:
+                raise self._wrong_type(("HSCAN", key), exc) from None
         if batch is not None:
             for f, v in batch.hashes.get(key, {}).items():
                 if v is None:
@@ -715,27 +817,32 @@ class RedisStorage(Storage):
 
     # --- metadata ---------------------------------------------------------------------------
     def load_meta(self) -> dict[str, Any] | None:
-        (raw,) = self._get_many([self._prefix + b"meta"])
+        key = self._prefix + b"meta"
+        (raw,) = self._get_many([key])
         if raw is None:
+            batch = self._txn()
+            if batch is not None and batch.dropped:
+                return None
+            if self._known:
+                raise self._lost("its parameters (key meta)")
+            data = [self._prefix + name for name in (b"items", b"groups", b"digests", b"next_gid", b"clusters")]
+            (count,) = self._pipeline(lambda p: p.exists(*data))
+            if count:
+                raise self._lost("its parameters (key meta) but still holds data")
             return None
-        try:
-            meta = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{self!r}: key {self.namespace}:meta is not valid JSON ({exc})") from exc
-        if not isinstance(meta, dict):
-            raise ValueError(  # noqa: TRY004 - damaged stored data, not a wrong argument
-                f"{self!r}: key {self.namespace}:meta holds {type(meta).__name__}, not a JSON object"
-            )
+        (meta,) = self._decoded(key, [b""], [raw], _decode_meta)
+        self._known = True
         return meta
 
     @_writes
     def save_meta(self, meta: Mapping[str, Any]) -> None:
         self._batch().strings[self._prefix + b"meta"] = json.dumps(dict(meta), sort_keys=True).encode()
+        self._known = True
 
     # --- items ------------------------------------------------------------------------------
     def get_items(self, keys: Sequence[str]) -> list[ItemRecord | None]:
-        raw = self._hmget(self._prefix + b"items", [_enc(k) for k in keys])
-        return [None if r is None else _decode_item(r) for r in raw]
+        key, fields = self._prefix + b"items", [_enc(k) for k in keys]
+        return self._decoded(key, fields, self._hmget(key, fields), _decode_item)
 
     @_writes
     def put_items(self, items: Mapping[str, ItemRecord]) -> None:
@@ -775,16 +882,20 @@ class RedisStorage(Storage):
         return count
 
     def iter_keys(self) -> Iterator[str]:
-        return iter([_dec(k) for k in self._hscan(self._prefix + b"items")])
+        key = self._prefix + b"items"
+        found = list(self._hscan(key))
+        return iter(self._decoded(key, found, found, _dec))  # type: ignore[arg-type]
 
     def keys_of_source(self, source: str) -> list[str]:
-        (members,) = self._smembers_many([self._source_key(source)])
-        return sorted(_dec(m) for m in members)
+        key = self._source_key(source)
+        (members,) = self._smembers_many([key])
+        found = list(members)
+        return sorted(self._decoded(key, found, found, _dec))  # type: ignore[type-var]
 
     # --- groups and bands -------------------------------------------------------------------
     def find_groups(self, digests: Sequence[bytes]) -> list[int | None]:
-        raw = self._hmget(self._prefix + b"digests", list(digests))
-        return [None if r is None else int(r) for r in raw]
+        key, fields = self._prefix + b"digests", list(digests)
+        return self._decoded(key, fields, self._hmget(key, fields), _decode_id)
 
     @_writes
     def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
@@ -801,6 +912,8 @@ class RedisStorage(Storage):
             last = int(self._client.incrby(self._prefix + b"next_gid", n))
         except (_RedisConnectionError, _RedisTimeoutError) as exc:
             raise self._unavailable(exc, "in the middle of a batch; nothing of it was recorded, retry it") from exc
+        except _ResponseError as exc:
+            raise self._wrong_type(("INCRBY", self._prefix + b"next_gid"), exc) from None
         gids = list(range(last - n, last))
         if batch.dropped:  # the commit deletes the namespace's counter first: write it back after that
             batch.strings[self._prefix + b"next_gid"] = b"%d" % last
@@ -822,9 +935,9 @@ class RedisStorage(Storage):
     def delete_group(self, gid: int, band_keys: np.ndarray) -> None:
         batch = self._batch()
         g = b"%d" % gid
-        (packed,) = self._hmget(self._prefix + b"groups", [g])
-        if packed is not None:
-            batch.hash_of(self._prefix + b"digests")[packed[1 : 1 + packed[0]]] = None
+        (group,) = self._decoded(self._prefix + b"groups", [g], self._hmget(self._prefix + b"groups", [g]), _decode_group)
+        if group is not None:
+            batch.hash_of(self._prefix + b"digests")[group[0]] = None
         batch.hash_of(self._prefix + b"groups")[g] = None
         members = self._members_key(gid)
         batch.cleared.add(members)
@@ -836,17 +949,20 @@ class RedisStorage(Storage):
             self._collect_components({cid})
 
     def group_items(self, gids: Sequence[int]) -> list[list[str]]:
-        members = self._smembers_many([self._members_key(g) for g in gids])
-        return [sorted(_dec(m) for m in ms) for ms in members]
+        keys = [self._members_key(g) for g in gids]
+        out = []
+        for key, ms in zip(keys, self._smembers_many(keys)):
+            found = list(ms)
+            out.append(sorted(self._decoded(key, found, found, _dec)))
+        return out  # type: ignore[return-value]
 
     def group_shingles(self, gids: Sequence[int]) -> list[np.ndarray]:
-        raw = self._hmget(self._prefix + b"groups", [b"%d" % g for g in gids])
+        key, fields = self._prefix + b"groups", [b"%d" % g for g in gids]
         out = []
-        for gid, packed in zip(gids, raw):
-            if packed is None:
+        for gid, group in zip(gids, self._decoded(key, fields, self._hmget(key, fields), _decode_group)):
+            if group is None:
                 raise KeyError(f"group {gid} does not exist")
-            start = 1 + packed[0]
-            out.append(np.frombuffer(packed, dtype="<u4", offset=start).astype(np.uint32, copy=False))
+            out.append(group[1])
         return out
 
     def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
@@ -875,13 +991,14 @@ class RedisStorage(Storage):
                     p.smembers(self._band_key(k))
 
             replies = self._pipeline(build)
+            ids = functools.partial(self._bucket_ids, prefix)
             for part, reply in zip(parts, replies):
                 for i, members in zip(part, reply):
-                    stored[i] = {int(m) for m in members}
+                    stored[i] = ids(members)
             single = iter(replies[len(parts) :])
             for i in apart:
                 for k in flat[i * b : (i + 1) * b]:
-                    stored[i].update({int(m) for m in next(single)} - rems.get(k, set()))
+                    stored[i].update(ids(next(single)) - rems.get(k, set()))
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             for i in range(n):
@@ -891,20 +1008,28 @@ class RedisStorage(Storage):
                         stored[i] |= filed
         return stored
 
+    def _bucket_ids(self, prefix: bytes, members: Sequence[bytes]) -> set[int]:
+        """The group ids of a bucket (or of a union of buckets) read back."""
+        try:
+            return {_decode_id(m) for m in members}
+        except ValueError as exc:
+            bad = next(m for m in members if not _ID.fullmatch(m))
+            raise self._corrupt(prefix + b"<band key>", bad, exc) from None
+
     # --- components -------------------------------------------------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
         cids = self._hmget(self._prefix + b"comp", [b"%d" % g for g in gids])
         wanted = sorted({c for c in cids if c is not None})
-        comps = dict(zip(wanted, self._get_many([self._prefix + b"cm:" + c for c in wanted])))
+        comps = self._components(wanted)
         out = []
         for gid, cid in zip(gids, cids):
             if cid is None:
                 out.append(frozenset((gid,)))
                 continue
-            packed = comps[cid]
-            if packed is None:
-                raise RuntimeError(f"{self!r} is inconsistent: group {gid} names component {cid!r}, which is missing")
-            out.append(frozenset(np.frombuffer(packed, dtype="<i8").tolist()))
+            members = comps[cid]
+            if members is None:
+                raise CorruptIndexError(f"{self!r} is inconsistent: group {gid} names component {cid!r}, which is missing")
+            out.append(frozenset(members))
         self._read_ahead(sorted({g for comp in out for g in comp}))
         return out
 
@@ -934,30 +1059,29 @@ class RedisStorage(Storage):
         if not cids:
             return
         batch = self._batch()
-        wanted = sorted(cids)
-        packed = self._get_many([self._prefix + b"cm:" + c for c in wanted])
-        members = {c: np.frombuffer(p, dtype="<i8").tolist() for c, p in zip(wanted, packed) if p is not None}
+        members = {c: m for c, m in self._components(sorted(cids)).items() if m is not None}
         every = sorted({g for gs in members.values() for g in gs})
         points = dict(zip(every, self._hmget(self._prefix + b"comp", [b"%d" % g for g in every])))
         for cid, gs in members.items():
             if not any(points[g] == cid for g in gs):
                 batch.strings[self._prefix + b"cm:" + cid] = None
 
-    # --- clusters ---------------------------------------------------------------------------
-    def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
-        raw = self._hmget(self._prefix + b"cof", [_enc(k) for k in keys])
-        out: list[tuple[str, float] | None] = []
-        for r in raw:
-            if r is None:
-                out.append(None)
-            else:
-                rep, sim = json.loads(r)
-                out.append((rep, float(sim)))
+    def _components(self, cids: Sequence[bytes]) -> dict[bytes, list[int] | None]:
+        """The member group ids of each component id (None where its key is missing)."""
+        keys = [self._prefix + b"cm:" + c for c in cids]
+        out: dict[bytes, list[int] | None] = {}
+        for cid, key, raw in zip(cids, keys, self._get_many(keys)):
+            out[cid] = self._decoded(key, [b""], [raw], _decode_component)[0]
         return out
 
+    # --- clusters ---------------------------------------------------------------------------
+    def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
+        key, fields = self._prefix + b"cof", [_enc(k) for k in keys]
+        return self._decoded(key, fields, self._hmget(key, fields), _decode_cluster_entry)
+
     def cluster_members(self, representatives: Sequence[str]) -> list[list[tuple[str, float]]]:
-        raw = self._hmget(self._prefix + b"clusters", [_enc(r) for r in representatives])
-        return [[] if r is None else _decode_members(r) for r in raw]
+        key, fields = self._prefix + b"clusters", [_enc(r) for r in representatives]
+        return [m or [] for m in self._decoded(key, fields, self._hmget(key, fields), _decode_members)]
 
     @_writes
     def set_clusters(self, keys: Collection[str], clusters: Sequence[ClusterEntry]) -> None:
@@ -965,10 +1089,12 @@ class RedisStorage(Storage):
         keys = list(keys)
         cof = batch.hash_of(self._prefix + b"cof")
         reps = batch.hash_of(self._prefix + b"clusters")
-        for key, old in zip(keys, self._hmget(self._prefix + b"cof", [_enc(k) for k in keys])):
+        fields = [_enc(k) for k in keys]
+        olds = self._decoded(self._prefix + b"cof", fields, self._hmget(self._prefix + b"cof", fields), _decode_cluster_entry)
+        for field, old in zip(fields, olds):
             if old is not None:
-                cof[_enc(key)] = None
-                reps[_enc(json.loads(old)[0])] = None
+                cof[field] = None
+                reps[_enc(old[0])] = None
         for rep, members in clusters:
             if len(members) < 2:
                 continue
@@ -977,8 +1103,12 @@ class RedisStorage(Storage):
                 cof[_enc(key)] = json.dumps([rep, float(sim)]).encode()
 
     def iter_clusters(self) -> Iterator[ClusterEntry]:
-        found = self._hscan(self._prefix + b"clusters")
-        return iter([(_dec(rep), _decode_members(raw)) for rep, raw in found.items()])
+        key = self._prefix + b"clusters"
+        found = self._hscan(key)
+        reps = list(found)
+        names = self._decoded(key, reps, reps, _dec)
+        members = self._decoded(key, reps, [found[r] for r in reps], _decode_members)
+        return iter(list(zip(names, members)))  # type: ignore[arg-type]
 
     # --- dropping ---------------------------------------------------------------------------
     @_writes
@@ -986,6 +1116,7 @@ class RedisStorage(Storage):
         """Delete the namespace (all its keys but the lock, by SCAN and UNLINK in batches) at commit."""
         batch = self._batch()
         batch.dropped = True
+        self._known = False  # a deliberate drop: an empty namespace is new again
         batch.strings.clear()
         batch.hashes.clear()
         batch.sets.clear()
@@ -1037,26 +1168,97 @@ def _enc(text: str) -> bytes:
 
 
 def _dec(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogatepass")
+    """A key or source read back: UTF-8 (what :func:`_enc` wrote for a valid str)."""
+    return raw.decode("utf-8")
 
 
 def _encode_item(rec: ItemRecord) -> bytes:
     return json.dumps([rec.gid, rec.length, rec.source, rec.authority, rec.first_seen], allow_nan=False).encode()
 
 
+# What a damaged or hostile stored value raises while it is decoded (UnicodeDecodeError and
+# json.JSONDecodeError are ValueErrors; RecursionError from deeply nested JSON).
+_BAD_VALUE = (ValueError, TypeError, IndexError, KeyError, RecursionError, OverflowError)
+_ID = re.compile(rb"[0-9]{1,18}")
+
+
+def _decode_id(raw: bytes) -> int:
+    """A group id: decimal digits only (``int()`` would also take ``" 7"``, ``"+7"`` and ``"7_0"``)."""
+    if not _ID.fullmatch(raw):
+        raise ValueError("not a group id")
+    return int(raw)
+
+
+def _number(value: object, what: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise ValueError(f"{what} is not a finite number")
+    return float(value)  # type: ignore[arg-type]
+
+
 def _decode_item(raw: bytes) -> ItemRecord:
-    gid, length, source, authority, first_seen = json.loads(raw)
+    """JSON ``[gid, length, source, authority, first_seen]``."""
+    found = json.loads(raw)
+    if type(found) is not list or len(found) != 5:
+        raise ValueError("not a list of 5 values")
+    gid, length, source, authority, first_seen = found
+    if type(gid) is not int or gid < EMPTY_GROUP or type(length) is not int or length < 0:
+        raise ValueError("group id or length out of range")
+    if source is not None and type(source) is not str:
+        raise ValueError("source is not a string")
     return ItemRecord(
-        gid=int(gid),
-        length=int(length),
-        source=source,
-        authority=float(authority),
-        first_seen=None if first_seen is None else float(first_seen),
+        gid, length, source, _number(authority, "authority"), None if first_seen is None else _number(first_seen, "first_seen")
     )
 
 
+def _decode_cluster_entry(raw: bytes) -> tuple[str, float]:
+    """JSON ``[representative, similarity]``."""
+    found = json.loads(raw)
+    if type(found) is not list or len(found) != 2 or type(found[0]) is not str:
+        raise ValueError("not [representative, similarity]")
+    sim = _number(found[1], "similarity")
+    if not 0.0 <= sim <= 1.0:
+        raise ValueError("similarity out of [0, 1]")
+    return found[0], sim
+
+
 def _decode_members(raw: bytes) -> list[tuple[str, float]]:
-    return [(k, float(s)) for k, s in json.loads(raw)]
+    """JSON ``[[member, similarity], ...]``."""
+    found = json.loads(raw)
+    if type(found) is not list:
+        raise ValueError("not a list of members")
+    out = []
+    for member in found:
+        if type(member) is not list or len(member) != 2 or type(member[0]) is not str:
+            raise ValueError("a member is not [key, similarity]")
+        out.append((member[0], _number(member[1], "similarity")))
+    return out
+
+
+def _decode_group(raw: bytes) -> tuple[bytes, np.ndarray]:
+    """1-byte digest length, digest, sorted distinct shingles as '<u4': (digest, shingles)."""
+    if not raw or len(raw) < 1 + raw[0] or (len(raw) - 1 - raw[0]) % 4:
+        raise ValueError("not a digest and whole shingles")
+    shingles = np.frombuffer(raw, dtype="<u4", offset=1 + raw[0]).astype(np.uint32, copy=False)
+    if len(shingles) > 1 and (shingles[1:] <= shingles[:-1]).any():
+        raise ValueError("shingles not sorted and distinct")
+    return raw[1 : 1 + raw[0]], shingles
+
+
+def _decode_component(raw: bytes) -> list[int]:
+    """Two or more sorted distinct group ids as '<i8'."""
+    if len(raw) % 8 or len(raw) < 16:
+        raise ValueError("not two or more group ids")
+    gids = np.frombuffer(raw, dtype="<i8")
+    if gids[0] < 0 or (gids[1:] <= gids[:-1]).any():
+        raise ValueError("group ids not sorted, distinct and non-negative")
+    return gids.tolist()
+
+
+def _decode_meta(raw: bytes) -> dict[str, Any]:
+    found = json.loads(raw)
+    if type(found) is not dict:
+        raise ValueError("not a JSON object")
+    return found
 
 
 def _pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[str]:
@@ -1079,19 +1281,43 @@ def _glob_escape(raw: bytes) -> bytes:
 
 
 def _redact(url: str) -> str:
-    """The URL without its password (``redis://user:***@host:port/db``)."""
+    """The URL with its password hidden: ``redis://user:***@host:port/db``, ``...?password=***``.
+
+    Works on the raw string, not on a parsed URL, so that a password holding ``#``, ``?``, ``/`` or ``@``
+    (which a URL parser would cut at the wrong place) is hidden whole: everything from the end of the
+    scheme to the last ``@`` counts as user information.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        userinfo, _, host = rest.rpartition("@")
+        rest = (userinfo.split(":", 1)[0] + ":***@" if ":" in userinfo else "***@") + host
+    rest = _PASSWORD_PARAMETER.sub(r"\1***", rest)
+    return f"{scheme}{sep}{rest}"
+
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&;]password=)[^&;]*")
+
+
+def _check_url(url: str) -> None:
+    """Refuse what redis-py would misread silently: a ``#`` (a fragment) and a database that is not a number."""
+    if "#" in url:
+        raise ValueError(
+            f"url {_redact(url)!r} contains '#', where a URL ends and a fragment begins, so a password holding it "
+            "would be cut there: write '#' as %23"
+        )
+    if url.startswith("unix://"):
+        return
     try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        path = urllib.parse.urlsplit(url).path
+    except ValueError as exc:
+        raise ValueError(f"url {_redact(url)!r} is not a valid URL ({exc})") from None
+    if path not in ("", "/") and not re.fullmatch(r"/[0-9]+", path):
+        raise ValueError(
+            f"url {_redact(url)!r} names the database {path[1:]!r}: after the host comes a database number, "
+            "such as redis://localhost:6379/0"
+        )
 
 
 def _check_seconds(name: str, value: object) -> None:

@@ -1,0 +1,89 @@
+"""Every exception rag-dedup raises on purpose, in one place.
+
+``except rag_dedup.RagDedupError`` catches all of them. Each also keeps the builtin base that callers
+caught before these classes had a common root, so ``except ValueError`` or ``except ConnectionError``
+still works where it did::
+
+    RagDedupError
+     ├── InvalidTextError (ValueError)     a key, source or text is not valid Unicode (a lone surrogate)
+     ├── IndexMismatchError (ValueError)   a stored index has other parameters, or another format
+     ├── CorruptIndexError (ValueError)    a saved file or a stored value is damaged; names the file or key
+     │    └── NamespaceLost                a Redis namespace lost its parameters or counters (eviction,
+     │                                     a restart without persistence, a flush)
+     ├── SharedIndexRequired (RuntimeError)  a process-local index was about to be copied to a worker
+     ├── RedisConfigurationError           the server may evict keys (maxmemory-policy is not noeviction)
+     ├── RedisUnavailable (ConnectionError)  the server cannot be reached, or the connection dropped
+     ├── LockTimeout (TimeoutError)        a namespace's write lock could not be taken in time
+     └── LockLost (RuntimeError)           the write lock expired before the batch committed
+
+Bad arguments (a threshold out of range, a key that is not a str) raise the builtin ``ValueError`` and
+``TypeError`` directly, as Python's own functions do; the classes here are for states of data and servers.
+This module imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptIndexError",
+    "IndexMismatchError",
+    "InvalidTextError",
+    "LockLost",
+    "LockTimeout",
+    "NamespaceLost",
+    "RagDedupError",
+    "RedisConfigurationError",
+    "RedisUnavailable",
+    "SharedIndexRequired",
+]
+
+
+class RagDedupError(Exception):
+    """The base of every exception that rag-dedup raises on purpose."""
+
+
+class InvalidTextError(RagDedupError, ValueError):
+    """A key, source or text holds a lone surrogate, so it is not valid Unicode and has no UTF-8 form.
+
+    Python makes such strings from bytes that are not UTF-8 (``os.listdir`` on a non-UTF-8 file name,
+    ``bytes.decode(errors="surrogateescape")``). The message names the argument, the item and the
+    position; :func:`rag_dedup.surrogates.escape_surrogates` turns such a string into a valid one.
+    """
+
+
+class IndexMismatchError(RagDedupError, ValueError):
+    """A stored index was made with other parameters than the ones asked for, or by another format."""
+
+
+class CorruptIndexError(RagDedupError, ValueError):
+    """A saved index file, or a value stored in Redis, is missing, truncated, damaged or of an unknown format.
+
+    The message names the file (or the Redis key) and what is wrong with it.
+    """
+
+
+class NamespaceLost(CorruptIndexError):
+    """A Redis namespace lost its parameters or counters while it held an index.
+
+    Keys were evicted (``maxmemory-policy`` other than ``noeviction``), the server restarted without
+    persistence, or someone flushed the database. Nothing of the failing batch was written.
+    """
+
+
+class SharedIndexRequired(RagDedupError, RuntimeError):
+    """A DedupTransform with a process-local index was about to be copied into another process."""
+
+
+class RedisConfigurationError(RagDedupError):
+    """The Redis server is configured so that it may silently lose the index (it may evict keys)."""
+
+
+class RedisUnavailable(RagDedupError, ConnectionError):
+    """The Redis server cannot be reached, or the connection dropped; the message names the URL, never a password."""
+
+
+class LockTimeout(RagDedupError, TimeoutError):
+    """A namespace's write lock could not be acquired within ``lock_wait`` seconds."""
+
+
+class LockLost(RagDedupError, RuntimeError):
+    """The write lock expired or was taken over before the batch committed; nothing was recorded."""
