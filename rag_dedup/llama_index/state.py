@@ -8,12 +8,13 @@
 * ``token``: the cache token (see :mod:`rag_dedup.llama_index.transform`).
 
 A dropped node is kept as what promoting it needs, not as a full copy: its id, text, positions,
-embedding if it has one, and its relationships as ids (``node_id``, ``node_type``, ``hash``) without
-the copies of the related nodes' metadata that LlamaIndex puts there (a chunk's ``SOURCE``,
-``PREVIOUS`` and ``NEXT`` each carry the document's metadata again). The rest of a node (its
-metadata without the dedup stamps, the excluded-key lists, templates, class) is the same for every
-chunk of a document, so it is stored once per distinct value and referenced by number. A promoted
-node equals the dropped one but for the metadata of its relationships.
+embedding if it has one, and its ``PREVIOUS``/``NEXT``/``PARENT``/``CHILD`` relationships as
+``[node_id, node_type]`` pairs, without the copies of the related nodes' metadata and hashes that
+LlamaIndex puts there (each of a chunk's relationships carries the document's metadata again). The
+rest of a node (its metadata without the dedup stamps, the excluded-key lists, templates, class, and
+its ``SOURCE`` relationship) is the same for every chunk of a document, so it is stored once per
+distinct value and referenced by number. A promoted node equals the dropped one but for the
+metadata and hashes of its non-``SOURCE`` relationships.
 
 The file (``dedup_transform.json``, format ``rag-dedup-transform`` version 2) is written atomically
 (a temporary file, fsynced, renamed over the old one) and every field is validated when read: a
@@ -41,7 +42,8 @@ FORMAT = "rag-dedup-transform"
 FORMAT_VERSION = 2
 
 # Fields of a node's data kept per node; everything else goes into the shared part.
-_OWN = ("id_", "text", "text_resource", "start_char_idx", "end_char_idx", "embedding", "relationships")
+_OWN = ("id_", "text", "text_resource", "start_char_idx", "end_char_idx", "embedding")
+_SOURCE = "1"  # NodeRelationship.SOURCE: the document, the same for every chunk of it
 
 
 class TransformStateError(ValueError):
@@ -67,10 +69,12 @@ class TransformState:
         """Keep ``node`` (not passed on) as a compact record."""
         data = doc_to_json(node)
         body = data["__data__"]
-        own = {name: body.pop(name) for name in _OWN if name in body}
-        own["relationships"] = {
-            kind: _bare(info) for kind, info in (own.get("relationships") or {}).items()
-        }
+        own = {name: body.pop(name) for name in _OWN if body.get(name) is not None}
+        relationships = body.pop("relationships", None) or {}
+        if _SOURCE in relationships:
+            body["relationships"] = {_SOURCE: relationships.pop(_SOURCE)}
+        if relationships:
+            own["rel"] = {kind: _pair(info) for kind, info in relationships.items()}
         body["metadata"] = {k: v for k, v in body.get("metadata", {}).items() if k not in STAMP_KEYS}
         shared = json.dumps({"type": data["__type__"], "data": body}, sort_keys=True)
         number = self._shared_id.get(shared)
@@ -103,7 +107,11 @@ class TransformState:
     def _rebuild(self, record: dict[str, Any]) -> BaseNode:
         own = dict(record)
         shared = json.loads(self._shared[own.pop("shared")])
-        return json_to_doc({"__type__": shared["type"], "__data__": {**shared["data"], **own}})
+        data = {**shared["data"], **own}
+        related = {kind: _related(pair) for kind, pair in own.pop("rel", {}).items()}
+        data.pop("rel", None)
+        data["relationships"] = {**shared["data"].get("relationships", {}), **related}
+        return json_to_doc({"__type__": shared["type"], "__data__": data})
 
     def __len__(self) -> int:
         return len(self._dropped)
@@ -178,7 +186,7 @@ class TransformState:
                 raise TransformStateError(f"{where!r}: dropped[{i}] has no node id (id_)")
             if type(number) is not int or not 0 <= number < len(shared):
                 raise TransformStateError(f"{where!r}: dropped[{i}] ({key!r}) refers to shared part {number!r}")
-            if not isinstance(rec.get("relationships", {}), dict):
+            if not isinstance(rec.get("rel", {}), dict):
                 raise TransformStateError(f"{where!r}: dropped[{i}] ({key!r}) has malformed relationships")
             if key in state._dropped:
                 raise TransformStateError(f"{where!r}: node {key!r} is recorded as dropped twice")
@@ -190,11 +198,20 @@ class TransformState:
         return state, payload
 
 
-def _bare(info: Any) -> Any:
-    """A relationship without the related node's metadata (a list for ``CHILD``)."""
+def _pair(info: Any) -> Any:
+    """A relationship as ``[node_id, node_type]`` (a list of them for ``CHILD``)."""
     if isinstance(info, list):
-        return [_bare(i) for i in info]
-    return {k: v for k, v in info.items() if k != "metadata"}
+        return [_pair(i) for i in info]
+    return [info["node_id"], info.get("node_type")]
+
+
+def _related(pair: Any) -> Any:
+    """The inverse of :func:`_pair`: a ``RelatedNodeInfo`` dict (or a list of them)."""
+    if isinstance(pair, list) and all(isinstance(p, list) for p in pair):  # CHILD: a list of pairs (maybe empty)
+        return [_related(p) for p in pair]
+    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+        raise ValueError(f"a relationship must be [node_id, node_type], got {pair!r}")
+    return {"node_id": pair[0], "node_type": pair[1]}
 
 
 def _field(payload: dict[str, Any], name: str, kind: type, where: str) -> Any:

@@ -5,36 +5,56 @@ Place it after the chunker in an ``IngestionPipeline``::
     pipeline = IngestionPipeline(transformations=[SentenceChunker(), DedupTransform(), embed_model])
 
 Each text node is added to the index under its node id, with its document's id (``ref_doc_id``) as the
-index ``source``, and is stamped with ``metadata["dedup_cluster"]`` and ``metadata["dedup_duplicate_of"]``
-(see :mod:`rag_dedup.llama_index.metadata`; neither reaches the embedding model or the LLM). With ``mode="drop"``
-only representatives pass on, so duplicates cost no embedding; the dropped nodes stay in the index,
-so ``index.resolve(node_id)`` still names their representative.
+index ``source`` (and, if asked, ``authority`` and ``first_seen`` from the metadata keys
+``authority_key`` and ``first_seen_key``), and is stamped with ``metadata["dedup_cluster"]`` and
+``metadata["dedup_duplicate_of"]`` (see :mod:`rag_dedup.llama_index.metadata`; neither reaches the
+embedding model or the LLM): the stamps always follow the index's representative rule.
+
+**Drop mode** (``mode="drop"``) passes on one copy of each passage, once: a node is passed on only when
+its cluster has no member passed on before, in this call or an earlier one (the stores already hold
+that evidence). In one call that copy is the cluster's representative; across calls it is the first
+copy passed on, even when a later, longer copy becomes the representative (the stamps say so; the
+store keeps the first). Every dropped node stays in the index and is kept by the transform as what
+it takes to pass it on later: whenever a cluster holding a dropped node has no member passed on
+any more (its document was deleted or changed, or the cluster split), one of its dropped nodes is
+*promoted*: it comes out of the call that caused it, or out of :meth:`DedupTransform.delete_ref_doc`.
 
 How it stays correct inside a real ``IngestionPipeline``:
 
-* **Re-ingested documents** (``DocstoreStrategy.UPSERTS``, or any second ingestion of a document): the
-  nodes of one call are grouped by document; a document's chunks from an earlier call that are not in
-  this call leave the index (``index.remove``), and chunks whose ids are already in the index are
-  removed and added again with their new text. Their clusters re-elect representatives. The
-  contract this relies on: all chunks of one document arrive in one call, as they do when the chunker
-  runs in the same pipeline (set ``replace_documents=False`` if you feed a document's chunks in pieces).
-  Documents deleted without re-ingestion (``DocstoreStrategy.UPSERTS_AND_DELETE``) leave through
-  :meth:`DedupTransform.delete_ref_doc`.
-* **Dropped nodes that become representatives.** When a representative leaves (its document changed)
-  or a new text re-splits a cluster, a node dropped earlier can become a representative. It was never
-  passed on, so the transform keeps dropped nodes and passes such a node on in the call where it is
-  promoted. (Kept in this process and written by :meth:`DedupTransform.persist`.)
-* **The transformation cache.** The pipeline caches a transformation's output under a hash of its input
-  nodes and its ``to_dict()``, so a stateful transform would be skipped on a second run and its index
-  never see the nodes. ``to_dict()`` therefore includes ``index_state``, a token that is renewed by
-  every call: a cached DedupTransform output is never replayed. The chunker before it and the
-  embedding after it are still served from the cache (unchanged stamps give the same embedding key).
+* **One call applies whole or not at all.** Stale keys to remove, changed keys to replace and new keys
+  go to the index in one :meth:`~rag_dedup.index.DedupIndex.update` (for a Redis index, one batch
+  under the write lock); the transform's own records change only after it succeeded.
+* **Re-ingested documents** (``DocstoreStrategy.UPSERTS``, or any second ingestion of a document): a
+  document's chunks from an earlier call that are not in this call leave the index; chunks whose ids
+  are in the index with another text are replaced; unchanged ones stay. The contract this relies on:
+  all chunks of one document arrive in one call, as they do when the chunker runs in the same
+  pipeline (set ``replace_documents=False`` if you feed a document's chunks in pieces).
+* **Deleted documents.** The transform finds the pipeline that runs it (its ``run`` is on the call
+  stack; LlamaIndex passes a transformation nothing else) and, when the pipeline has a docstore,
+  removes from the index the documents it indexed that the docstore no longer holds
+  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run). Deletions
+  the pipeline does not see (``VectorStoreIndex.delete_ref_doc``) go through
+  :meth:`DedupTransform.delete_ref_doc`. A transform with an empty index meeting a docstore that
+  already holds documents (a pipeline loaded without :meth:`DedupTransform.from_persist_dir`) warns.
+* **A node id twice in one call** (the same ``Document`` twice in ``run``) is one node, as in
+  LlamaIndex's stores: indexed once, every occurrence stamped alike, passed on in tag mode (the first
+  occurrence only in drop mode). One id with two different texts is refused: the stores would keep only
+  the last of them.
+* **The transformation cache.** The pipeline caches a transformation's output under a hash of its
+  input nodes and its ``to_dict()``. ``to_dict()`` includes ``index_state``, a token renewed by every
+  call that changed the index or the transform's records and kept by calls that changed nothing, so a
+  cached output is replayed only when the call would decide the same, and repeated runs of the same
+  input add no entries. For a shared (Redis) index, which other processes change unseen, the token is
+  renewed by every call. Pending deletions (above) are part of the token too.
 * **num_workers > 1.** The pipeline pickles transformations into worker processes. A copy of an
   in-memory index would deduplicate each worker's batch against a private copy and silently miss every
   duplicate across batches, so pickling a DedupTransform raises :class:`SharedIndexRequired` unless its
-  index lives in a shared store (``DedupIndex(storage="redis://...")``, ``index.shared`` is True).
-* **Persistence.** :meth:`DedupTransform.persist` writes the index and settings into the directory that
-  ``pipeline.persist()`` uses; :meth:`DedupTransform.from_persist_dir` reads them back.
+  index lives in a shared store (``DedupIndex(storage="redis://...")``). Drop mode refuses workers
+  (the workers' records of what they passed on would not come back), and ``counts`` read in the parent
+  after a run with workers warns that it counts only the parent's calls.
+* **Persistence.** :meth:`DedupTransform.persist` writes the index and the transform's state
+  (:mod:`rag_dedup.llama_index.state`) into the directory that ``pipeline.persist()`` uses;
+  :meth:`DedupTransform.from_persist_dir` reads and validates them.
 """
 
 from __future__ import annotations
