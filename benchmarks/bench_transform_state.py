@@ -36,7 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def corpus(max_kb: int) -> tuple[list[Path], str]:
-    paths = [p for p in sorted(Path("/usr/share/doc").glob("*/copyright")) if p.is_file() and p.stat().st_size <= max_kb * 1024]
+    paths = [
+        p
+        for p in sorted(Path("/usr/share/doc").glob("*/copyright"))
+        if p.is_file() and p.stat().st_size <= max_kb * 1024
+    ]
     licences = Path("/usr/share/common-licenses")
     if licences.is_dir():
         paths += [p for p in sorted(licences.iterdir()) if p.is_file()]

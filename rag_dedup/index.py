@@ -341,7 +341,8 @@ class DedupIndex:
                 if rec is not None and item.key not in leaving
             ]
             digests = [canonical_digest(item.text) for item, _ in present]
-            found = dict(zip((d for d in digests if d is not None), storage.find_groups([d for d in digests if d is not None])))
+            known = [d for d in digests if d is not None]
+            found = dict(zip(known, storage.find_groups(known)))
             kept: set[str] = set()
             for (item, rec), d in zip(present, digests):
                 gid = EMPTY_GROUP if d is None else found[d]

@@ -5,6 +5,7 @@ BM25Retriever, and a real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import warnings
@@ -55,6 +56,14 @@ def embedding_pipeline(transform: DedupTransform, strategy: DocstoreStrategy) ->
     )
 
 
+class SyncRunner:
+    """A pipeline whose ``run`` is its ``arun`` under ``asyncio.run`` (the same test for both paths)."""
+
+    def __init__(self, pipeline: IngestionPipeline, run: Any) -> None:
+        self.vector_store = pipeline.vector_store
+        self.run = run
+
+
 def stored_ids(pipeline: IngestionPipeline) -> set[str]:
     return set(pipeline.vector_store.data.embedding_dict)
 
@@ -67,7 +76,9 @@ def test_the_same_document_twice_in_one_run_gives_what_sentence_splitter_gives(m
     """Regression: upstream's test_save_load_pipeline_without_docstore input raised "node id ... appears
     twice in one call" after SentenceChunker (whose ids follow the document id and the span)."""
     documents = [Document(text="one", doc_id="1"), Document(text="two", doc_id="2"), Document(text="one", doc_id="1")]
-    splitter = IngestionPipeline(transformations=[SentenceSplitter(chunk_size=25, chunk_overlap=0), DedupTransform(mode=mode)])
+    splitter = IngestionPipeline(
+        transformations=[SentenceSplitter(chunk_size=25, chunk_overlap=0), DedupTransform(mode=mode)]
+    )
     transform = DedupTransform(mode=mode)
     nodes = IngestionPipeline(transformations=[SentenceChunker(), transform]).run(documents=documents)
     assert len(nodes) == len(splitter.run(documents=documents)) == expected
@@ -107,7 +118,8 @@ def test_repeated_runs_do_not_grow_the_cache_and_replay_only_current_decisions(t
     assert sizes[-1] == 3  # the chunker's entry, and the transform's before and after the first run
     for node in nodes:  # served from the cache, and current
         match = transform.index.match(node.node_id)
-        assert (node.metadata[DEDUP_CLUSTER], node.metadata[DEDUP_DUPLICATE_OF]) == (match.cluster_id, match.duplicate_of)
+        stamps = (node.metadata[DEDUP_CLUSTER], node.metadata[DEDUP_DUPLICATE_OF])
+        assert stamps == (match.cluster_id, match.duplicate_of)
     pipeline.persist(str(tmp_path))
     saved = json.loads((tmp_path / "llama_cache").read_text())
     assert sum(len(collection) for collection in saved.values()) == 3
@@ -132,11 +144,15 @@ def test_a_change_of_the_index_between_runs_is_never_replayed_from_the_cache():
 
 
 @pytest.mark.parametrize("mode", ["tag", "drop"])
-def test_documents_deleted_by_upserts_and_delete_leave_the_index_by_themselves(mode):
+@pytest.mark.parametrize("run", ["run", "arun"])
+def test_documents_deleted_by_upserts_and_delete_leave_the_index_by_themselves(mode, run):
     """Regression: DocstoreStrategy.UPSERTS_AND_DELETE deleted documents from the docstore and the vector
     store only; their chunks stayed in the dedup index until a manual delete_ref_doc."""
     transform = DedupTransform(mode=mode)
     pipeline = embedding_pipeline(transform, DocstoreStrategy.UPSERTS_AND_DELETE)
+    if run == "arun":
+        arun = pipeline.arun
+        pipeline = SyncRunner(pipeline, lambda **kwargs: asyncio.run(arun(**kwargs)))
     half = Document(text=HALF, id_="half")
     pipeline.run(documents=[Document(text=GPL3, id_="full"), half])
     index = transform.index
@@ -353,7 +369,9 @@ def damage(path: Path, edit) -> None:
         pytest.param(lambda p: p.update(mode="delete"), "setting 'mode'", id="bad-mode"),
         pytest.param(lambda p: p["dropped"][0].update(shared=99), "refers to shared part 99", id="shared-out-of-range"),
         pytest.param(lambda p: p["dropped"][0].update(id_=None), "has no node id", id="no-node-id"),
-        pytest.param(lambda p: p["passed"].append("ghost"), "'ghost' is recorded but not in the index", id="unknown-node"),
+        pytest.param(
+            lambda p: p["passed"].append("ghost"), "'ghost' is recorded but not in the index", id="unknown-node"
+        ),
         pytest.param(lambda p: p.update(format_version=1), "older rag-dedup", id="format-1"),
     ],
 )

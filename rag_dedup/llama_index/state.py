@@ -173,7 +173,9 @@ class TransformState:
         state.passed = set(_strings(payload, "passed", where))
         shared = _field(payload, "shared", list, where)
         for i, part in enumerate(shared):
-            if not (isinstance(part, dict) and isinstance(part.get("type"), str) and isinstance(part.get("data"), dict)):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str) or not isinstance(
+                part.get("data"), dict
+            ):
                 raise TransformStateError(f"{where!r}: shared[{i}] is not a {{type, data}} object")
             text = json.dumps(part, sort_keys=True)
             state._shared_id[text] = len(state._shared)

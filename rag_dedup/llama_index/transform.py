@@ -208,7 +208,9 @@ class DedupTransform(TransformComponent):
 
     # -- state visible to the pipeline's cache ---------------------------------------------------
 
-    @computed_field(description="Changes whenever a call could decide differently (the pipeline's cache key).")  # type: ignore[prop-decorator]
+    @computed_field(  # type: ignore[prop-decorator]
+        description="Changes whenever a call could decide differently (part of the pipeline's cache key)."
+    )
     @property
     def index_state(self) -> str:
         """Part of ``to_dict()``, hence of the pipeline's cache key: a replayed output is a current one.
@@ -533,7 +535,9 @@ class DedupTransform(TransformComponent):
         else:
             fields.pop("shared_index")
         if fields.pop("threshold") != index.threshold:
-            raise TransformStateError(f"{where!r} was saved with another threshold than the index's ({index.threshold})")
+            raise TransformStateError(
+                f"{where!r} was saved with another threshold than the index's ({index.threshold})"
+            )
         recorded = sorted(state.passed | set(state.dropped_ids()))
         for key, rec in zip(recorded, index.storage.get_items(recorded)):
             if rec is None:
