@@ -174,6 +174,21 @@ def test_documents_deleted_by_upserts_and_delete_leave_the_index_by_themselves(m
     assert again == [] and set(index.keys_of_source("half")) == half_keys
 
 
+def test_pre_chunked_nodes_with_a_docstore_are_never_taken_for_deleted_documents():
+    """The docstore of a pipeline fed chunks holds the chunks, not their documents: the documents are
+    missing from it from the start, and must not be removed from the index as deleted."""
+    transform = DedupTransform()
+    pipeline = IngestionPipeline(
+        transformations=[transform], docstore=SimpleDocumentStore(), docstore_strategy=DocstoreStrategy.DUPLICATES_ONLY
+    )
+    chunker = SentenceChunker()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor is a docstore of chunks taken for documents the index lacks
+        pipeline.run(nodes=chunker.get_nodes_from_documents([Document(text=GPL3, id_="gpl")]))
+        pipeline.run(nodes=chunker.get_nodes_from_documents([Document(text=licence("BSD.txt"), id_="bsd")]))
+    assert transform.index.keys_of_source("gpl") and transform.index.keys_of_source("bsd")
+
+
 def test_a_deletion_is_seen_even_when_the_run_has_nothing_to_transform():
     """The transformation cache must not serve an empty run from an earlier empty run after a deletion."""
     transform = DedupTransform(mode="drop")

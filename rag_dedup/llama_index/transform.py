@@ -32,7 +32,8 @@ How it stays correct inside a real ``IngestionPipeline``:
 * **Deleted documents.** The transform finds the pipeline that runs it (its ``run`` is on the call
   stack; LlamaIndex passes a transformation nothing else) and, when the pipeline has a docstore,
   removes from the index the documents it indexed that the docstore no longer holds
-  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run). Deletions
+  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run). A docstore
+  that holds chunks (a pipeline fed pre-chunked nodes) is recognised and not followed. Deletions
   the pipeline does not see (``VectorStoreIndex.delete_ref_doc``) go through
   :meth:`DedupTransform.delete_ref_doc`. A transform with an empty index meeting a docstore that
   already holds documents (a pipeline loaded without :meth:`DedupTransform.from_persist_dir`) warns.
@@ -171,6 +172,7 @@ class DedupTransform(TransformComponent):
     _counts: Counter = PrivateAttr(default_factory=Counter)
     _sent: bool = PrivateAttr(default=False)
     _docstore_checked: bool = PrivateAttr(default=False)
+    _docstore_holds_chunks: bool = PrivateAttr(default=False)
 
     def __init__(
         self,
@@ -280,10 +282,10 @@ class DedupTransform(TransformComponent):
         docstore = pipeline.docstore if pipeline is not None else None
         if docstore is not None:
             in_store = set(docstore.get_all_document_hashes().values())
-            deleted = sorted(self._state.sources - in_store - batch_sources)
+            deleted = self._deleted(sorted(self._state.sources - in_store - batch_sources), in_store)
             if not self._docstore_checked:
                 self._docstore_checked = True
-                self._warn_unseen(in_store - batch_sources - self._state.sources)
+                self._warn_unseen(in_store - batch_sources - first.keys() - self._state.sources)
         remove = self._stale(nodes, first, deleted)
         matches, written = self._index.update(items, remove=remove)
         # Nothing below depends on the input any more: the records change only after the index did.
@@ -429,9 +431,24 @@ class DedupTransform(TransformComponent):
             self._state.renew_token()
         return promoted
 
+    def _deleted(self, missing: list[str], in_store: set[str]) -> list[str]:
+        """The documents of ``missing`` (indexed, not in the docstore) that were deleted.
+
+        A pipeline fed chunks (``run(nodes=...)``) keeps the chunks in its docstore, not their
+        documents, so every document is missing from it from the start: when a missing document's
+        chunks are in the docstore, the docstore holds chunks, and no deletion is inferred from it.
+        """
+        if self._docstore_holds_chunks:
+            return []
+        for doc in missing:
+            if not in_store.isdisjoint(self._index.keys_of_source(doc)):
+                self._docstore_holds_chunks = True
+                return []
+        return missing
+
     def _pending_deletions(self, pipeline: IngestionPipeline | None) -> list[str]:
         """Documents this transform indexed that the pipeline's docstore no longer holds."""
-        if pipeline is None or pipeline.docstore is None or not self._state.sources:
+        if pipeline is None or pipeline.docstore is None or not self._state.sources or self._docstore_holds_chunks:
             return []
         in_store = set(pipeline.docstore.get_all_document_hashes().values())
         return sorted(self._state.sources - in_store)
@@ -439,7 +456,7 @@ class DedupTransform(TransformComponent):
     def _warn_unseen(self, unseen: set[str]) -> None:
         """Warn when the pipeline's docstore holds documents whose chunks are not in the index."""
         index = self._index
-        found = {doc for doc in unseen if index.keys_of_source(doc)}
+        found = {doc for doc in unseen if doc in index or index.keys_of_source(doc)}  # a chunk, or a document
         self._state.sources.update(found)
         missing = sorted(unseen - found)
         if missing:
