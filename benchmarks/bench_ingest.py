@@ -7,7 +7,7 @@ those are missing). Both chunkers use 256-token chunks with 64 tokens of overlap
 pipeline at least 1.5x the throughput of the plain SentenceSplitter pipeline.
 
 Also printed: the two stages of the dedup pipeline timed separately (SentenceChunker alone, then
-DedupTransform on its nodes, split into the DedupIndex's add_many and the transform's own work), and
+DedupTransform on its nodes, split into the DedupIndex's update and the transform's own work), and
 what dedup found.
 
 Run: python benchmarks/bench_ingest.py [--max-kb 64] [--repeat 2]
@@ -85,23 +85,23 @@ def main() -> int:
     t_split, split_nodes = best_of(args.repeat, splitter_run)
     t_dedup, (dedup_nodes, transform) = best_of(args.repeat, dedup_run)  # type: ignore[misc]
 
-    # The stages of the dedup pipeline, separately; the index's add_many is timed inside the transform.
+    # The stages of the dedup pipeline, separately; the index's update (one per call) is timed inside the transform.
     t_chunk, chunks = best_of(
         args.repeat, lambda: SentenceChunker(chunk_size=256, chunk_overlap=64).get_nodes_from_documents(docs)
     )
-    runs: list[tuple[float, float]] = []  # (transform seconds, of which add_many seconds)
+    runs: list[tuple[float, float]] = []  # (transform seconds, of which update seconds)
     for _ in range(args.repeat):
         index = DedupIndex()
-        add_many, in_index = index.add_many, [0.0]
+        update, in_index = index.update, [0.0]
 
-        def timed_add_many(items: object, add_many=add_many, in_index=in_index) -> object:
+        def timed_update(items: object, remove: object = (), update=update, in_index=in_index) -> object:
             start = time.perf_counter()
             try:
-                return add_many(items)  # type: ignore[arg-type]
+                return update(items, remove=remove)  # type: ignore[arg-type]
             finally:
                 in_index[0] += time.perf_counter() - start
 
-        index.add_many = timed_add_many  # type: ignore[method-assign]
+        index.update = timed_update  # type: ignore[method-assign]
         fresh = [n.model_copy() for n in chunks]  # type: ignore[union-attr]
         start = time.perf_counter()
         DedupTransform(index=index)(fresh)
@@ -120,7 +120,7 @@ def main() -> int:
     print(f"throughput ratio (dedup pipeline / SentenceSplitter pipeline): {ratio:.2f}x (goal >= 1.5x: {verdict})")
     print(
         f"\nstages: SentenceChunker {t_chunk:.2f} s | DedupTransform {t_transform:.2f} s "
-        f"(DedupIndex.add_many {t_index:.2f} s, the transform's own work {t_transform - t_index:.2f} s)"
+        f"(DedupIndex.update {t_index:.2f} s, the transform's own work {t_transform - t_index:.2f} s)"
     )
     print(
         f"dedup found: {counts['exact']} exact and {counts['near']} near duplicates among {len(dedup_nodes)} chunks "

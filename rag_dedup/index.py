@@ -295,14 +295,74 @@ class DedupIndex:
 
         The cyclic garbage collector is paused while this runs and restored afterwards.
         """
-        parsed: list[_Item] = []
-        seen: set[str] = set()
-        for i, raw in enumerate(items):
-            item = _parse_raw(raw, i)
-            if item.key in seen:
-                raise ValueError(f"items[{i}]: key {item.key!r} appears twice in this batch")
-            seen.add(item.key)
-            parsed.append(item)
+        parsed = _parse_many(items)
+        self._add_parsed(parsed)
+        return self.matches([item.key for item in parsed])
+
+    def update(
+        self, items: Iterable[tuple[str, str] | Mapping[str, Any]], remove: Iterable[str] = ()
+    ) -> tuple[list[Match], int]:
+        """Remove keys and add or replace items in one step that applies whole or not at all.
+
+        Every key of ``remove`` leaves the index. An item whose key is present with another text or
+        metadata replaces it; an item present unchanged stays as it is (not hashed or reclustered
+        again); the others are added. The result is the index that removing those keys and then
+        adding the items gives.
+
+        All or nothing: every item and key is checked before anything changes, and in a shared
+        store the whole step is one batch under the write lock, committed at once (a connection
+        lost meanwhile records none of it). An in-memory index has nothing left to fail after the
+        checks but its memory.
+
+        Args:
+            items: As for :meth:`add_many`.
+            remove: Keys to remove (each must be in the index).
+
+        Returns:
+            One :class:`Match` per item after the step, and how many items were added or replaced.
+
+        Raises:
+            TypeError, ValueError: As :meth:`add_many`, naming the item.
+            KeyError: A key of ``remove`` is not in the index.
+        """
+        parsed = _parse_many(items)
+        gone = list(dict.fromkeys(remove))
+        for key in gone:
+            _check_key(key, "remove key")
+        storage = self.storage
+        with storage.lock():
+            for key, rec in zip(gone, storage.get_items(gone)):
+                if rec is None:
+                    raise KeyError(f"{key!r} is not in the index (asked to remove it)")
+            leaving = set(gone)
+            present = [
+                (item, rec)
+                for item, rec in zip(parsed, storage.get_items([item.key for item in parsed]))
+                if rec is not None and item.key not in leaving
+            ]
+            digests = [canonical_digest(item.text) for item, _ in present]
+            known = [d for d in digests if d is not None]
+            found = dict(zip(known, storage.find_groups(known)))
+            kept: set[str] = set()
+            for (item, rec), d in zip(present, digests):
+                gid = EMPTY_GROUP if d is None else found[d]
+                if rec == (gid, len(item.text), item.source, item.authority, item.first_seen):
+                    kept.add(item.key)
+                else:
+                    gone.append(item.key)
+            written = [item for item in parsed if item.key not in kept]
+            if gone or len(written) > _batch_size(len(self)):
+                # A text that cannot be hashed must fail here, before the removals or a first batch
+                # are applied (a single batch hashes everything before it writes).
+                for item in written:
+                    canonical_digest(item.text)
+            for key in gone:
+                self.remove(key)
+            self._add_parsed(written)
+            return self.matches([item.key for item in parsed]), len(written)
+
+    def _add_parsed(self, parsed: Sequence[_Item]) -> None:
+        """Add checked items in batches (see :meth:`add_many`)."""
         # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
         # allocates many small objects that cannot form cycles, and each collection they trigger
         # would walk the caller's whole heap (all their nodes and documents) again: 15-20% of the time.
@@ -314,7 +374,6 @@ class DedupIndex:
                 size = _batch_size(len(self))
                 self._add_batch(parsed[start : start + size])
                 start += size
-            return self.matches([item.key for item in parsed])
         finally:
             if paused:
                 gc.enable()
@@ -866,6 +925,18 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
 
 
 _FIELDS = frozenset(("key", "text", "source", "authority", "first_seen"))
+
+
+def _parse_many(items: Iterable[object]) -> list[_Item]:
+    parsed: list[_Item] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(items):
+        item = _parse_raw(raw, i)
+        if item.key in seen:
+            raise ValueError(f"items[{i}]: key {item.key!r} appears twice in this batch")
+        seen.add(item.key)
+        parsed.append(item)
+    return parsed
 
 
 def _parse_raw(raw: object, i: int) -> _Item:

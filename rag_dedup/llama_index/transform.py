@@ -5,68 +5,102 @@ Place it after the chunker in an ``IngestionPipeline``::
     pipeline = IngestionPipeline(transformations=[SentenceChunker(), DedupTransform(), embed_model])
 
 Each text node is added to the index under its node id, with its document's id (``ref_doc_id``) as the
-index ``source``, and is stamped with ``metadata["dedup_cluster"]`` and ``metadata["dedup_duplicate_of"]``
-(see :mod:`rag_dedup.llama_index.metadata`; neither reaches the embedding model or the LLM). With ``mode="drop"``
-only representatives pass on, so duplicates cost no embedding; the dropped nodes stay in the index,
-so ``index.resolve(node_id)`` still names their representative.
+index ``source`` (and, if asked, ``authority`` and ``first_seen`` from the metadata keys
+``authority_key`` and ``first_seen_key``), and is stamped with ``metadata["dedup_cluster"]`` and
+``metadata["dedup_duplicate_of"]`` (see :mod:`rag_dedup.llama_index.metadata`; neither reaches the
+embedding model or the LLM): the stamps always follow the index's representative rule.
+
+**Drop mode** (``mode="drop"``) passes on one copy of each passage, once: a node is passed on only when
+its cluster has no member passed on before, in this call or an earlier one (the stores already hold
+that evidence). In one call that copy is the cluster's representative; across calls it is the first
+copy passed on, even when a later, longer copy becomes the representative (the stamps say so; the
+store keeps the first). Every dropped node stays in the index and is kept by the transform as what
+it takes to pass it on later: whenever a cluster holding a dropped node has no member passed on
+any more (its document was deleted or changed, or the cluster split), one of its dropped nodes is
+*promoted*: it comes out of the call that caused it, or out of :meth:`DedupTransform.delete_ref_doc`.
 
 How it stays correct inside a real ``IngestionPipeline``:
 
-* **Re-ingested documents** (``DocstoreStrategy.UPSERTS``, or any second ingestion of a document): the
-  nodes of one call are grouped by document; a document's chunks from an earlier call that are not in
-  this call leave the index (``index.remove``), and chunks whose ids are already in the index are
-  removed and added again with their new text. Their clusters re-elect representatives. The
-  contract this relies on: all chunks of one document arrive in one call, as they do when the chunker
-  runs in the same pipeline (set ``replace_documents=False`` if you feed a document's chunks in pieces).
-  Documents deleted without re-ingestion (``DocstoreStrategy.UPSERTS_AND_DELETE``) leave through
-  :meth:`DedupTransform.delete_ref_doc`.
-* **Dropped nodes that become representatives.** When a representative leaves (its document changed)
-  or a new text re-splits a cluster, a node dropped earlier can become a representative. It was never
-  passed on, so the transform keeps dropped nodes and passes such a node on in the call where it is
-  promoted. (Kept in this process and written by :meth:`DedupTransform.persist`.)
-* **The transformation cache.** The pipeline caches a transformation's output under a hash of its input
-  nodes and its ``to_dict()``, so a stateful transform would be skipped on a second run and its index
-  never see the nodes. ``to_dict()`` therefore includes ``index_state``, a token that is renewed by
-  every call: a cached DedupTransform output is never replayed. The chunker before it and the
-  embedding after it are still served from the cache (unchanged stamps give the same embedding key).
+* **One call applies whole or not at all.** Stale keys to remove, changed keys to replace and new keys
+  go to the index in one :meth:`~rag_dedup.index.DedupIndex.update` (for a Redis index, one batch
+  under the write lock); the transform's own records change only after it succeeded.
+* **Re-ingested documents** (``DocstoreStrategy.UPSERTS``, or any second ingestion of a document): a
+  document's chunks from an earlier call that are not in this call leave the index; chunks whose ids
+  are in the index with another text are replaced; unchanged ones stay. The contract this relies on:
+  all chunks of one document arrive in one call, as they do when the chunker runs in the same
+  pipeline (set ``replace_documents=False`` if you feed a document's chunks in pieces).
+* **Deleted documents.** The transform finds the pipeline that runs it (its ``run`` is on the call
+  stack; LlamaIndex passes a transformation nothing else) and, when the pipeline has a docstore,
+  removes from the index the documents it indexed that the docstore no longer holds
+  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run). A docstore
+  that holds chunks (a pipeline fed pre-chunked nodes) is recognised and not followed. Deletions
+  the pipeline does not see (``VectorStoreIndex.delete_ref_doc``) go through
+  :meth:`DedupTransform.delete_ref_doc`. A transform with an empty index meeting a docstore that
+  already holds documents (a pipeline loaded without :meth:`DedupTransform.from_persist_dir`) warns.
+* **A node id twice in one call** (the same ``Document`` twice in ``run``) is one node, as in
+  LlamaIndex's stores: indexed once, every occurrence stamped alike, passed on in tag mode (the first
+  occurrence only in drop mode). One id with two different texts is refused: the stores would keep only
+  the last of them.
+* **The transformation cache.** The pipeline caches a transformation's output under a hash of its
+  input nodes and its ``to_dict()``. ``to_dict()`` includes ``index_state``, a token renewed by every
+  call that changed the index or the transform's records and kept by calls that changed nothing, so a
+  cached output is replayed only when the call would decide the same, and repeated runs of the same
+  input add no entries. For a shared (Redis) index, which other processes change unseen, the token is
+  renewed by every call. Pending deletions (above) are part of the token too.
 * **num_workers > 1.** The pipeline pickles transformations into worker processes. A copy of an
   in-memory index would deduplicate each worker's batch against a private copy and silently miss every
   duplicate across batches, so pickling a DedupTransform raises :class:`SharedIndexRequired` unless its
-  index lives in a shared store (``DedupIndex(storage="redis://...")``, ``index.shared`` is True).
-* **Persistence.** :meth:`DedupTransform.persist` writes the index and settings into the directory that
-  ``pipeline.persist()`` uses; :meth:`DedupTransform.from_persist_dir` reads them back.
+  index lives in a shared store (``DedupIndex(storage="redis://...")``). Drop mode refuses workers
+  (the workers' records of what they passed on would not come back), and ``counts`` read in the parent
+  after a run with workers warns that it counts only the parent's calls.
+* **Persistence.** :meth:`DedupTransform.persist` writes the index and the transform's state
+  (:mod:`rag_dedup.llama_index.state`) into the directory that ``pipeline.persist()`` uses;
+  :meth:`DedupTransform.from_persist_dir` reads and validates them.
 """
 
 from __future__ import annotations
 
-import json
+import datetime as _dt
+import hashlib
 import logging
+import math
 import os
-import uuid
+import sys
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import BaseNode, TransformComponent
-from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from pydantic import computed_field
 
 from rag_dedup.errors import SharedIndexRequired
-from rag_dedup.index import DedupIndex
+from rag_dedup.index import DedupIndex, Match
 from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
+from rag_dedup.llama_index.state import TransformState, TransformStateError
+from rag_dedup.policy import Policy
 
-__all__ = ["DEFAULT_INDEX_DIRNAME", "DEFAULT_SETTINGS_FILENAME", "DedupTransform", "SharedIndexRequired"]
+__all__ = [
+    "DEFAULT_INDEX_DIRNAME",
+    "DEFAULT_SETTINGS_FILENAME",
+    "DedupTransform",
+    "SharedIndexRequired",
+    "TransformStateError",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Sub-directory of a persist dir that holds the saved in-memory index.
 DEFAULT_INDEX_DIRNAME = "dedup_index"
-#: JSON file of a persist dir that holds the transform's settings and the dropped nodes.
+#: JSON file of a persist dir that holds the transform's settings and state (see :mod:`~rag_dedup.llama_index.state`).
 DEFAULT_SETTINGS_FILENAME = "dedup_transform.json"
-_FORMAT = "rag-dedup-transform"
-_FORMAT_VERSION = 1
+# How far up the call stack the transform looks for the IngestionPipeline that runs it
+# (IngestionPipeline.run -> run_transformations -> dispatcher span wrapper -> __call__, and the same
+# through get_transformation_hash -> to_dict for the cache key).
+_PIPELINE_FRAMES = 12
 
 
 class DedupTransform(TransformComponent):
@@ -78,9 +112,14 @@ class DedupTransform(TransformComponent):
         threshold: Jaccard similarity of word-shingle sets at and above which two chunks are
             duplicates. Default: the index's threshold, or 0.8 for a new index. Giving both an index
             and a different threshold is an error.
-        mode: ``"tag"`` passes every node on, stamped; ``"drop"`` passes on representatives only.
+        mode: ``"tag"`` passes every node on, stamped; ``"drop"`` passes a node on only when no copy
+            of its passage was passed on before (in this call or an earlier one).
         replace_documents: A document's chunks from earlier calls that are missing from this call
             leave the index (re-ingestion replaces a document, as ``DocstoreStrategy.UPSERTS`` does).
+        authority_key: A node metadata key whose value (a finite number) is the node's ``authority``
+            in the index: higher wins a tie in length when the representative is chosen.
+        first_seen_key: A node metadata key whose value (a POSIX timestamp, or an ISO 8601 string;
+            without a time zone it means UTC) is the node's ``first_seen``: earlier wins the next tie.
 
     Raises:
         TypeError: ``index`` is not a ``DedupIndex``.
@@ -109,17 +148,28 @@ class DedupTransform(TransformComponent):
         description="Jaccard similarity of word-shingle sets at and above which two chunks are duplicates.",
     )
     mode: Literal["tag", "drop"] = Field(
-        default="tag", description='"tag": pass every node on, stamped; "drop": pass on representatives only.'
+        default="tag",
+        description='"tag": pass every node on, stamped; "drop": pass on one copy of each passage, once.',
     )
     replace_documents: bool = Field(
         default=True,
         description="A document's chunks from earlier calls that are missing from this call leave the index.",
     )
+    authority_key: str | None = Field(
+        default=None, min_length=1, description="Node metadata key holding the node's authority (a number)."
+    )
+    first_seen_key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Node metadata key holding when the node was first seen (POSIX timestamp or ISO 8601).",
+    )
 
     _index: DedupIndex = PrivateAttr()
-    _state: str = PrivateAttr(default="")
-    _dropped: dict[str, BaseNode] = PrivateAttr(default_factory=dict)
+    _state: TransformState = PrivateAttr(default_factory=TransformState)
     _counts: Counter = PrivateAttr(default_factory=Counter)
+    _sent: bool = PrivateAttr(default=False)
+    _docstore_checked: bool = PrivateAttr(default=False)
+    _docstore_holds_chunks: bool = PrivateAttr(default=False)
 
     def __init__(
         self,
@@ -127,6 +177,8 @@ class DedupTransform(TransformComponent):
         threshold: float | None = None,
         mode: Literal["tag", "drop"] = "tag",
         replace_documents: bool = True,
+        authority_key: str | None = None,
+        first_seen_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("index_state", None)  # written by to_dict(); a fresh transform gets a fresh token
@@ -139,9 +191,15 @@ class DedupTransform(TransformComponent):
             )
         if threshold is None:
             threshold = index.threshold if index is not None else 0.8
-        super().__init__(threshold=threshold, mode=mode, replace_documents=replace_documents, **kwargs)
+        super().__init__(
+            threshold=threshold,
+            mode=mode,
+            replace_documents=replace_documents,
+            authority_key=authority_key,
+            first_seen_key=first_seen_key,
+            **kwargs,
+        )
         self._index = index if index is not None else DedupIndex(threshold=self.threshold)
-        self._renew_state()
 
     @classmethod
     def class_name(cls) -> str:
@@ -149,14 +207,22 @@ class DedupTransform(TransformComponent):
 
     # -- state visible to the pipeline's cache ---------------------------------------------------
 
-    @computed_field(description="Renewed by every call, so IngestionPipeline's cache never replays a dedup decision.")  # type: ignore[prop-decorator]
+    @computed_field(  # type: ignore[prop-decorator]
+        description="Changes whenever a call could decide differently (part of the pipeline's cache key)."
+    )
     @property
     def index_state(self) -> str:
-        """A token that changes with every call (part of ``to_dict()``, hence of the pipeline's cache key)."""
-        return self._state
+        """Part of ``to_dict()``, hence of the pipeline's cache key: a replayed output is a current one.
 
-    def _renew_state(self) -> None:
-        self._state = uuid.uuid4().hex
+        A token renewed by every call that changes the index or the transform's records, kept by
+        calls that change nothing; for a shared index, renewed by every call (other processes change
+        it unseen). When the calling pipeline's docstore lost documents the transform indexed, their
+        ids are appended, so that the deletion is never served from the cache.
+        """
+        pending = self._pending_deletions(_calling_pipeline())
+        if not pending:
+            return self._state.token
+        return self._state.token + ":" + hashlib.sha256("\x1f".join(pending).encode()).hexdigest()[:16]
 
     @property
     def index(self) -> DedupIndex:
@@ -165,117 +231,238 @@ class DedupTransform(TransformComponent):
 
     @property
     def counts(self) -> Counter:
-        """Running counts: ``unique`` (nodes that represent their cluster or are alone), ``exact`` and
-        ``near`` (duplicates, by :attr:`Match.kind <rag_dedup.index.Match.kind>`), ``dropped``,
-        ``removed`` (stale keys that left the index), ``promoted`` (dropped nodes passed on later)."""
+        """Running counts of this process's calls: ``unique`` (nodes stamped as representatives),
+        ``exact`` and ``near`` (stamped as duplicates), ``repeated`` (a node id seen again in one call),
+        ``dropped``, ``removed`` (keys that left the index), ``promoted`` (dropped nodes passed on later).
+
+        With ``num_workers > 1`` the calls run in copies of the transform in worker processes, and
+        their counts stay there: reading ``counts`` then warns. The index holds the totals
+        (``len(index)``, ``index.clusters(include_singletons=False)``).
+        """
+        if self._sent:
+            warnings.warn(
+                "DedupTransform.counts covers the calls made in this process only; this transform was "
+                "copied into worker processes (num_workers > 1), whose counts are not sent back. "
+                "The index holds the totals: len(dedup.index), dedup.index.clusters(include_singletons=False)",
+                stacklevel=2,
+            )
         return Counter(self._counts)
 
     @property
     def dropped(self) -> dict[str, BaseNode]:
-        """The dropped nodes (``mode="drop"``) that may still be needed, by node id (a copy)."""
-        return dict(self._dropped)
+        """The dropped nodes (``mode="drop"``) kept for promotion, by node id (rebuilt copies)."""
+        return {key: self._state.peek(key) for key in self._state.dropped_ids()}
 
     # -- the transformation --------------------------------------------------------------------------
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
-        """Index and stamp the text nodes of ``nodes`` (in place); return what passes on, in input order.
+        """Index and stamp the text nodes of ``nodes`` (in place); return what passes on.
+
+        The nodes passed on keep their input order; dropped nodes promoted by this call follow them.
+        A node id that appears more than once with the same text and document is one node: indexed
+        once, every occurrence stamped alike (and passed on in tag mode; in drop mode the first only).
+
+        The call applies whole or not at all: on any error the index and the transform's records
+        are as before it.
 
         Raises:
-            ValueError: Two nodes of ``nodes`` have the same node id.
+            ValueError: A node id appears twice with different texts or documents, or a node lacks
+                the ``authority_key`` / ``first_seen_key`` metadata or has a bad value there.
+            RedisUnavailable: A shared index's server went away (nothing of the call was recorded).
         """
-        try:
-            return self._transform(list(nodes))
-        finally:
-            self._renew_state()
-
-    def _transform(self, nodes: list[BaseNode]) -> list[BaseNode]:
-        index = self._index
+        nodes = list(nodes)
+        pipeline = _calling_pipeline()
         texts = [dedup_text(n) for n in nodes]
-        text_nodes = [(n, t) for n, t in zip(nodes, texts) if t is not None]
-        keys = [n.node_id for n, _ in text_nodes]
-        if len(set(keys)) != len(keys):
-            seen: set[str] = set()
-            twice = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-            raise ValueError(f"node id {twice!r} appears twice in one call; every node needs its own id")
-        batch = set(keys)
-
-        removed = 0
-        if self.replace_documents:
-            documents = {n.ref_doc_id for n, _ in text_nodes if n.ref_doc_id is not None}
-            for doc_id in sorted(documents):
-                for key in index.keys_of_source(doc_id):
-                    if key not in batch:
-                        index.remove(key)
-                        self._dropped.pop(key, None)
-                        removed += 1
-        # Keys ingested before may carry a changed text: they are removed and added afresh. (One batch
-        # lookup in the index's storage: one round trip for a shared store, not one per key.)
-        for key, record in zip(keys, index.storage.get_items(keys)):
-            if record is not None:
-                index.remove(key)
-            self._dropped.pop(key, None)
-        self._counts["removed"] += removed
-
-        matches = index.add_many([{"key": n.node_id, "text": t, "source": source_of(n)} for n, t in text_nodes])
-        passed: list[BaseNode] = []
-        next_match = iter(matches).__next__  # matches are in the order of the text nodes
-        counts, dropped, drop = self._counts, self._dropped, self.mode == "drop"
+        items, first = self._items(nodes, texts)
+        batch_sources = {item["source"] for item in items}
+        deleted: list[str] = []
+        docstore = pipeline.docstore if pipeline is not None else None
+        if docstore is not None:
+            in_store = set(docstore.get_all_document_hashes().values())
+            deleted = self._deleted(sorted(self._state.sources - in_store - batch_sources), in_store)
+            if not self._docstore_checked:
+                self._docstore_checked = True
+                self._warn_unseen(in_store - batch_sources - first.keys() - self._state.sources)
+        remove = self._stale(nodes, first, deleted)
+        matches, written = self._index.update(items, remove=remove)
+        # Nothing below depends on the input any more: the records change only after the index did.
+        state = self._state
+        state.sources.difference_update(deleted)
+        state.sources.update(batch_sources)
+        state.forget(remove)
+        self._counts["removed"] += len(remove)
+        keys = [item["key"] for item in items]
+        by_key = dict(zip(keys, matches))
+        counts = self._counts
+        for match in matches:
+            counts[_kind(match)] += 1
+        counts["repeated"] += sum(1 for n, t in zip(nodes, texts) if t is not None) - len(items)
         for node, text in zip(nodes, texts):
+            if text is not None:
+                match = by_key[node.node_id]
+                stamp_node(node, match.cluster_id, match.duplicate_of)
+
+        changed = bool(remove) or written > 0
+        if self.mode == "tag":
+            passed = nodes
+        else:
+            before = {k: (k in state.passed, state.is_dropped(k)) for k in keys}
+            state.forget(keys)  # this call decides them again
+            chosen, promoted = self._settle(keys, matches)
+            passed = []
+            for i, (node, text) in enumerate(zip(nodes, texts)):
+                if text is None:
+                    passed.append(node)
+                elif node.node_id in chosen:
+                    if first[node.node_id] == i:
+                        passed.append(node)
+                elif first[node.node_id] == i:
+                    state.drop(node)
+                    counts["dropped"] += 1
+            state.passed.update(k for k in keys if k in chosen)
+            passed.extend(promoted)
+            changed = changed or bool(promoted)
+            changed = changed or any(before[k] != (k in state.passed, state.is_dropped(k)) for k in keys)
+        if changed or self._index.shared:
+            state.renew_token()
+        logger.info(
+            "DedupTransform: %d nodes in, %d out, %d keys removed", len(nodes), len(passed), len(remove)
+        )
+        return list(passed)
+
+    def _items(self, nodes: list[BaseNode], texts: list[str | None]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """One index item per distinct node id, and the position of each id's first occurrence."""
+        items: list[dict[str, Any]] = []
+        first: dict[str, int] = {}
+        item_of: dict[str, dict[str, Any]] = {}
+        for i, (node, text) in enumerate(zip(nodes, texts)):
             if text is None:
-                passed.append(node)
                 continue
-            match = next_match()
+            item: dict[str, Any] = {"key": node.node_id, "text": text, "source": source_of(node)}
+            if self.authority_key is not None:
+                item["authority"] = _authority(node, self.authority_key)
+            if self.first_seen_key is not None:
+                item["first_seen"] = _first_seen(node, self.first_seen_key)
+            seen = first.get(node.node_id)
+            if seen is None:
+                first[node.node_id] = i
+                item_of[node.node_id] = item
+                items.append(item)
+            elif item_of[node.node_id] != item:
+                raise ValueError(
+                    f"node id {node.node_id!r} appears twice in one call with different texts or documents "
+                    f"(nodes {seen} and {i}); LlamaIndex's stores would keep only the last, so one of them "
+                    "would be deduplicated but never stored: give every node its own id"
+                )
+        return items, first
+
+    def _stale(self, nodes: list[BaseNode], first: dict[str, int], deleted: list[str]) -> list[str]:
+        """Keys to remove: earlier chunks of this call's documents missing from it, and deleted documents'."""
+        index = self._index
+        remove: list[str] = []
+        if self.replace_documents:
+            documents = sorted({nodes[i].ref_doc_id for i in first.values() if nodes[i].ref_doc_id is not None})
+            for doc_id in documents:
+                remove.extend(key for key in index.keys_of_source(doc_id) if key not in first)
+        for doc_id in deleted:
+            remove.extend(key for key in index.keys_of_source(doc_id) if key not in first)
+        return list(dict.fromkeys(remove))
+
+    def _settle(self, keys: list[str], matches: list[Match]) -> tuple[set[str], list[BaseNode]]:
+        """Drop mode: which of this call's keys pass on, and which dropped nodes are promoted.
+
+        The rule: every cluster that holds a node of this call or a dropped node must hold a node
+        passed on (the stores then hold its evidence). A cluster without one gets one: its
+        representative if that is in this call or dropped, else its first such member in key order.
+        Every other node of the call is dropped.
+        """
+        state, index = self._state, self._index
+        dropped = state.dropped_ids()
+        present = index.storage.get_items(dropped)
+        state.forget(k for k, rec in zip(dropped, present) if rec is None)  # left the index elsewhere
+        dropped = [k for k, rec in zip(dropped, present) if rec is not None]
+        dropped_matches = index.matches(dropped)
+        cids = sorted({m.cluster_id for m in matches} | {m.cluster_id for m in dropped_matches})
+        call = set(keys)
+        chosen: set[str] = set()
+        for cid, found in zip(cids, index.storage.cluster_members(cids)):
+            members = [cid, *sorted(k for k, _ in found if k != cid)] if found else [cid]
+            if any(k in state.passed for k in members):
+                continue
+            pick = next((k for k in members if k in call or state.is_dropped(k)), None)
+            if pick is not None:
+                chosen.add(pick)
+        promoted_keys = sorted(chosen - call)
+        promoted = []
+        for key, match in zip(promoted_keys, index.matches(promoted_keys)):
+            node = state.take(key)
             stamp_node(node, match.cluster_id, match.duplicate_of)
-            counts["unique" if match.duplicate_of is None else match.kind] += 1  # kept, or a duplicate's kind
-            if drop and match.duplicate_of is not None:
-                dropped[node.node_id] = node
-                counts["dropped"] += 1
-            else:
-                passed.append(node)
-        if self.mode == "drop" or self._dropped:
-            passed.extend(self._promote())
-        logger.info("DedupTransform: %d nodes in, %d out, %d stale keys removed", len(nodes), len(passed), removed)
-        return passed
+            state.passed.add(key)
+            promoted.append(node)
+        self._counts["promoted"] += len(promoted)
+        return chosen & call, promoted
 
     def delete_ref_doc(self, ref_doc_id: str) -> list[BaseNode]:
-        """Remove a deleted document's chunks from the index (``DocstoreStrategy.UPSERTS_AND_DELETE``
-        deletes documents without running the transformations, so call this for each one).
+        """Remove a deleted document's chunks from the index; return the dropped nodes to insert now.
 
-        Returns:
-            Dropped nodes that became representatives because of the removal: pass them on (embed and
-            insert them) as the pipeline would have, or their passages leave retrieval.
+        Call it after ``VectorStoreIndex.delete_ref_doc(ref_doc_id)`` (or any deletion the pipeline
+        does not see) and insert what it returns: ``vector_index.insert_nodes(promoted)``. In tag
+        mode it returns ``[]``; in drop mode, the dropped nodes whose passage the deleted document
+        held in the stores (without them, that passage would leave retrieval although another
+        document still contains it). A pipeline with a docstore and
+        ``DocstoreStrategy.UPSERTS_AND_DELETE`` needs no call: documents it deletes leave the index
+        at its next run, and the promoted nodes come out of that run.
 
         Raises:
             TypeError: ``ref_doc_id`` is not a str.
         """
         if not isinstance(ref_doc_id, str):
             raise TypeError(f"ref_doc_id must be str, got {type(ref_doc_id).__name__}")
-        try:
-            for key in self._index.keys_of_source(ref_doc_id):
-                self._index.remove(key)
-                self._dropped.pop(key, None)
-                self._counts["removed"] += 1
-            return self._promote()
-        finally:
-            self._renew_state()
-
-    def _promote(self) -> list[BaseNode]:
-        """Dropped nodes that are representatives now (their representative left, or a cluster re-split)."""
-        if not self._dropped:
-            return []
-        index = self._index
-        gone = [k for k in self._dropped if k not in index]
-        for key in gone:
-            del self._dropped[key]
-        keys = list(self._dropped)
-        promoted = []
-        for key, match in zip(keys, index.matches(keys)):
-            if match.duplicate_of is None:
-                node = self._dropped.pop(key)
-                stamp_node(node, match.cluster_id, None)
-                promoted.append(node)
-        self._counts["promoted"] += len(promoted)
+        remove = self._index.keys_of_source(ref_doc_id)
+        self._index.update([], remove=remove)
+        self._state.forget(remove)
+        self._state.sources.discard(ref_doc_id)
+        self._counts["removed"] += len(remove)
+        promoted = self._settle([], [])[1] if self.mode == "drop" else []
+        if remove or self._index.shared:
+            self._state.renew_token()
         return promoted
+
+    def _deleted(self, missing: list[str], in_store: set[str]) -> list[str]:
+        """The documents of ``missing`` (indexed, not in the docstore) that were deleted.
+
+        A pipeline fed chunks (``run(nodes=...)``) keeps the chunks in its docstore, not their
+        documents, so every document is missing from it from the start: when a missing document's
+        chunks are in the docstore, the docstore holds chunks, and no deletion is inferred from it.
+        """
+        if self._docstore_holds_chunks:
+            return []
+        for doc in missing:
+            if not in_store.isdisjoint(self._index.keys_of_source(doc)):
+                self._docstore_holds_chunks = True
+                return []
+        return missing
+
+    def _pending_deletions(self, pipeline: IngestionPipeline | None) -> list[str]:
+        """Documents this transform indexed that the pipeline's docstore no longer holds."""
+        if pipeline is None or pipeline.docstore is None or not self._state.sources or self._docstore_holds_chunks:
+            return []
+        in_store = set(pipeline.docstore.get_all_document_hashes().values())
+        return sorted(self._state.sources - in_store)
+
+    def _warn_unseen(self, unseen: set[str]) -> None:
+        """Warn when the pipeline's docstore holds documents whose chunks are not in the index."""
+        index = self._index
+        found = {doc for doc in unseen if doc in index or index.keys_of_source(doc)}  # a chunk, or a document
+        self._state.sources.update(found)
+        missing = sorted(unseen - found)
+        if missing:
+            warnings.warn(
+                f"the pipeline's docstore holds {len(missing)} documents (e.g. {missing[0]!r}) whose chunks are "
+                "not in this DedupTransform's index, so new documents are not compared with them. To resume "
+                "a saved pipeline, load the transform too: DedupTransform.from_persist_dir(persist_dir)",
+                stacklevel=4,
+            )
 
     # -- copies into other processes -------------------------------------------------------------
 
@@ -287,48 +474,45 @@ class DedupTransform(TransformComponent):
                 "duplicates across batches. Run the pipeline with num_workers=None, or give the transform a "
                 'shared index: DedupTransform(index=DedupIndex(storage="redis://localhost:6379/0")).'
             )
-        state = {
-            "fields": {"threshold": self.threshold, "mode": self.mode, "replace_documents": self.replace_documents},
-            "index": self._index,
-            "state": self._state,
-        }
-        self._renew_state()  # the workers' cache entries must not match this transform's next run
+        if self.mode == "drop":
+            raise RuntimeError(
+                "DedupTransform(mode='drop') cannot run in worker processes (IngestionPipeline num_workers > 1): "
+                "which copy of each passage the stores hold is recorded by the transform, and the workers' "
+                "records would not come back, so a dropped node could never be promoted. Run drop mode with "
+                "num_workers=None, or use mode='tag' with workers."
+            )
+        self._sent = True
+        state = {"fields": self.model_dump(exclude={"index_state"}), "index": self._index}
+        self._state.renew_token()  # the workers' cache entries must not match this transform's next run
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(index=state["index"], **state["fields"])  # type: ignore[misc]
-        self._state = state["state"]
 
     # -- persistence -----------------------------------------------------------------------------
 
     def persist(self, persist_dir: str | os.PathLike[str] = "./pipeline_storage") -> None:
-        """Write the settings, the dropped nodes and (for an in-memory index) the index to ``persist_dir``.
+        """Write the settings, the state and (for an in-memory index) the index to ``persist_dir``.
 
         Use the directory of ``pipeline.persist(persist_dir)``: the files (``dedup_transform.json`` and
         ``dedup_index/``) do not collide with the pipeline's. A shared (Redis) index persists by itself.
+        Both are written atomically, the index first.
         """
         path = Path(persist_dir)
         path.mkdir(parents=True, exist_ok=True)
         shared = bool(getattr(self._index, "shared", False))
         if not shared:
             self._index.save(path / DEFAULT_INDEX_DIRNAME)
-        settings = {
-            "format": _FORMAT,
-            "format_version": _FORMAT_VERSION,
-            "threshold": self.threshold,
-            "mode": self.mode,
-            "replace_documents": self.replace_documents,
-            "shared_index": shared,
-            "dropped": [doc_to_json(node) for node in self._dropped.values()],
-        }
-        target = path / DEFAULT_SETTINGS_FILENAME
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(settings), encoding="utf-8")
-        os.replace(tmp, target)
+        settings = {**self.model_dump(exclude={"index_state"}), "shared_index": shared}
+        self._state.write(path / DEFAULT_SETTINGS_FILENAME, settings)
 
     @classmethod
     def from_persist_dir(
-        cls, persist_dir: str | os.PathLike[str] = "./pipeline_storage", *, index: DedupIndex | None = None
+        cls,
+        persist_dir: str | os.PathLike[str] = "./pipeline_storage",
+        *,
+        index: DedupIndex | None = None,
+        policy: Policy | None = None,
     ) -> DedupTransform:
         """Read a transform written by :meth:`persist`.
 
@@ -336,11 +520,13 @@ class DedupTransform(TransformComponent):
             persist_dir: The directory.
             index: The index to use; required when the saved transform used a shared (Redis) index,
                 otherwise the saved in-memory index is loaded.
+            policy: The representative policy of the saved index, when it is not the default.
 
         Raises:
             FileNotFoundError: No saved transform in ``persist_dir``.
-            ValueError: The file is not a saved DedupTransform, or comes from a newer format, or a
-                shared index was used and none is passed.
+            TransformStateError: ``dedup_transform.json`` is damaged, foreign, from another format
+                version, or does not match the index (a node it records is not in the index).
+            ValueError: A shared index was used and none is passed.
         """
         path = Path(persist_dir)
         target = path / DEFAULT_SETTINGS_FILENAME
@@ -348,19 +534,100 @@ class DedupTransform(TransformComponent):
             raise FileNotFoundError(
                 f"no saved DedupTransform in {os.fspath(path)!r} (missing {DEFAULT_SETTINGS_FILENAME})"
             )
-        settings = json.loads(target.read_text(encoding="utf-8"))
-        version = settings.get("format_version")
-        if settings.get("format") != _FORMAT or not isinstance(version, int):
-            raise ValueError(f"{os.fspath(target)!r} is not a saved DedupTransform")
-        if version > _FORMAT_VERSION:
-            raise ValueError(
-                f"{os.fspath(target)!r} has format version {version}, newer than this rag-dedup reads "
-                f"({_FORMAT_VERSION}); upgrade rag-dedup"
-            )
+        state, payload = TransformState.read(target)
+        where = os.fspath(target)
+        fields: dict[str, Any] = {}
+        for name, ok in _SETTINGS.items():
+            value = payload.get(name)
+            if not ok(value):
+                raise TransformStateError(f"{where!r}: setting {name!r} has a bad value {value!r}")
+            fields[name] = value
         if index is None:
-            if settings["shared_index"]:
+            if fields.pop("shared_index"):
                 raise ValueError(f"the transform saved in {os.fspath(path)!r} used a shared index; pass it as index=")
-            index = DedupIndex.load(path / DEFAULT_INDEX_DIRNAME)
-        transform = cls(index=index, mode=settings["mode"], replace_documents=settings["replace_documents"])
-        transform._dropped = {node.node_id: node for node in map(json_to_doc, settings["dropped"])}
+            index = DedupIndex.load(path / DEFAULT_INDEX_DIRNAME, policy=policy)
+        else:
+            fields.pop("shared_index")
+        if fields.pop("threshold") != index.threshold:
+            raise TransformStateError(
+                f"{where!r} was saved with another threshold than the index's ({index.threshold})"
+            )
+        recorded = sorted(state.passed | set(state.dropped_ids()))
+        for key, rec in zip(recorded, index.storage.get_items(recorded)):
+            if rec is None:
+                raise TransformStateError(
+                    f"{where!r} does not match its index: node {key!r} is recorded but not in the index"
+                )
+        transform = cls(index=index, **fields)
+        transform._state = state
         return transform
+
+
+_SETTINGS = {
+    "threshold": lambda v: isinstance(v, float) and 0.0 < v <= 1.0,
+    "mode": lambda v: v in ("tag", "drop"),
+    "replace_documents": lambda v: isinstance(v, bool),
+    "authority_key": lambda v: v is None or (isinstance(v, str) and bool(v)),
+    "first_seen_key": lambda v: v is None or (isinstance(v, str) and bool(v)),
+    "shared_index": lambda v: isinstance(v, bool),
+}
+
+
+def _calling_pipeline() -> IngestionPipeline | None:
+    """The ``IngestionPipeline`` whose ``run``/``arun`` is on the call stack, if any.
+
+    LlamaIndex hands a transformation nothing but the nodes; the pipeline's docstore (which documents
+    ``DocstoreStrategy.UPSERTS_AND_DELETE`` deleted, which a loaded pipeline already holds) is only
+    reachable as the ``self`` of a calling frame. Inside a worker process (``num_workers > 1``) no
+    pipeline is on the stack and this returns None.
+    """
+    frame = sys._getframe(1)
+    for _ in range(_PIPELINE_FRAMES):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, IngestionPipeline):
+            return owner
+    return None
+
+
+def _kind(match: Match) -> str:
+    """How a node is counted: ``unique`` for a representative, else ``exact`` or ``near``."""
+    if match.duplicate_of is None:
+        return "unique"
+    return "exact" if match.kind == "exact" else "near"
+
+
+def _authority(node: BaseNode, key: str) -> float:
+    value = _metadata(node, key, "authority_key")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(
+            f"node {node.node_id!r}: metadata[{key!r}] (authority_key) must be a finite number, got {value!r}"
+        )
+    return float(value)
+
+
+def _first_seen(node: BaseNode, key: str) -> float:
+    value = _metadata(node, key, "first_seen_key")
+    if isinstance(value, str):
+        try:
+            value = _dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"node {node.node_id!r}: metadata[{key!r}] (first_seen_key) is not an ISO 8601 time: {value!r}"
+            ) from None
+    if isinstance(value, _dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)).timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(
+            f"node {node.node_id!r}: metadata[{key!r}] (first_seen_key) must be a POSIX timestamp or an "
+            f"ISO 8601 string, got {value!r}"
+        )
+    return float(value)
+
+
+def _metadata(node: BaseNode, key: str, setting: str) -> Any:
+    if key not in node.metadata:
+        raise ValueError(f"node {node.node_id!r} has no metadata[{key!r}], which {setting}={key!r} asks for")
+    return node.metadata[key]
