@@ -1,0 +1,116 @@
+"""The LangChain adapter with LangChain's real parts: InMemoryVectorStore, the indexing API with
+InMemoryRecordManager and SQLRecordManager on SQLite, BM25Retriever, ContextualCompressionRetriever."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
+
+from adapter_corpus import paragraphs
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.indexing import InMemoryRecordManager, index
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.langchain import DedupDocumentTransformer
+from rag_dedup.langchain.transformer import document_key
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
+
+
+def corpus_documents() -> list[Document]:
+    return [Document(page_content=t, metadata={"source": s, "key": k}) for k, t, s in paragraphs()]
+
+
+def test_tag_mode_stamps_every_document_as_the_index_does_and_leaves_the_input_alone() -> None:
+    docs = corpus_documents()
+    before = [d.model_copy(deep=True) for d in docs]
+    out = DedupDocumentTransformer().transform_documents(docs)
+    assert docs == before, "the caller's documents were modified"
+    reference = DedupIndex().add_many(
+        [{"key": document_key(d), "text": d.page_content, "source": d.metadata["source"]} for d in docs]
+    )
+    assert [(d.metadata[DEDUP_CLUSTER], d.metadata[DEDUP_DUPLICATE_OF]) for d in out] == [
+        (m.cluster_id, m.duplicate_of) for m in reference
+    ]
+    assert [d.page_content for d in out] == [d.page_content for d in docs]
+    assert all(d.metadata["source"] == b.metadata["source"] for d, b in zip(out, before))
+
+
+def test_drop_mode_keeps_one_copy_and_remembers_the_rest() -> None:
+    docs = corpus_documents()
+    dedup = DedupDocumentTransformer(mode="drop")
+    out = dedup.transform_documents(docs)
+    clusters = [d.metadata[DEDUP_CLUSTER] for d in out]
+    assert len(clusters) == len(set(clusters)) < len(docs)
+    assert len(dedup.index) == len(docs)
+    dropped = next(d for d in docs if document_key(d) not in {document_key(o) for o in out})
+    assert dedup.index.resolve(document_key(dropped)) in {document_key(o) for o in out} | set(clusters)
+
+
+def test_document_ids_are_the_keys() -> None:
+    (k, t, s), *_ = paragraphs()
+    out = DedupDocumentTransformer(mode="drop").transform_documents(
+        [Document(t, id="first", metadata={"source": s}), Document(t.upper(), id="second", metadata={"source": "b"})]
+    )
+    assert [(d.id, d.metadata[DEDUP_DUPLICATE_OF]) for d in out] == [("first", None)]
+
+
+def test_empty_input_and_documents_without_text() -> None:
+    dedup = DedupDocumentTransformer()
+    assert dedup.transform_documents([]) == []
+    out = dedup.transform_documents([Document(page_content="", metadata={"source": "x"})])
+    assert [(d.page_content, d.metadata) for d in out] == [("", {"source": "x"})]
+    assert len(dedup.index) == 0
+
+
+def test_async_transform_matches_sync() -> None:
+    docs = corpus_documents()[:200]
+    sync = DedupDocumentTransformer().transform_documents(docs)
+    result = asyncio.run(DedupDocumentTransformer().atransform_documents(docs))
+    assert [d.metadata for d in result] == [d.metadata for d in sync]
+
+
+def test_not_a_document_is_named() -> None:
+    with pytest.raises(TypeError, match=r"documents\[1\] is a str"):
+        DedupDocumentTransformer().transform_documents([Document("x"), "y"])  # type: ignore[list-item]
+
+
+def _record_managers(tmp_path):  # type: ignore[no-untyped-def]
+    yield InMemoryRecordManager(namespace="inmemory")
+    sql = pytest.importorskip("langchain_classic.indexes", reason="SQLRecordManager ships with langchain-classic")
+    manager = sql.SQLRecordManager("sqlite-test", db_url=f"sqlite:///{tmp_path / 'records.db'}")
+    manager.create_schema()
+    yield manager
+
+
+@pytest.mark.parametrize("manager_kind", ["in-memory", "sqlite"])
+def test_indexing_api_after_the_transformer_writes_one_copy_and_rerun_skips_everything(tmp_path, manager_kind) -> None:  # type: ignore[no-untyped-def]
+    managers = list(_record_managers(tmp_path))
+    manager = managers[0] if manager_kind == "in-memory" else managers[1]
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    dedup = DedupDocumentTransformer(mode="drop")
+    docs = corpus_documents()
+    # One batch: LangChain's incremental cleanup deletes and re-adds the documents of a source that
+    # spans two of its batches (its own behaviour, with or without rag-dedup).
+    kwargs = {"cleanup": "incremental", "source_id_key": "source", "batch_size": len(docs)}
+    first = index(dedup.transform_documents(docs), manager, store, **kwargs)
+    passed = first["num_added"]
+    assert 0 < passed < len(docs)
+    assert len(store.store) == passed
+    again = index(dedup.transform_documents(docs), manager, store, **kwargs)
+    assert again == {"num_added": 0, "num_updated": 0, "num_skipped": passed, "num_deleted": 0}
+
+
+def test_missing_extra_names_the_pip_command() -> None:
+    code = (
+        "import sys; sys.modules['langchain_core'] = None\n"
+        "try:\n    import rag_dedup.langchain\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 'pip install "rag-dedup[langchain]"' in out
