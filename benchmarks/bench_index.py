@@ -40,7 +40,8 @@ from realtext import planted_chunks  # noqa: E402
 
 from rag_dedup import DedupIndex, canonical  # noqa: E402
 from rag_dedup.minhash import MinHasher  # noqa: E402
-from rag_dedup.shingles import jaccard, shingle_hashes_many  # noqa: E402
+from rag_dedup.shingles import shingle_hashes_many  # noqa: E402
+from rag_dedup.similarity import jaccard  # noqa: E402
 
 
 # --- ground truth -----------------------------------------------------------------------------

@@ -40,7 +40,8 @@ from llama_index.retrievers.bm25 import BM25Retriever
 from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.llama_index.retriever import DistinctRetriever
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 from rag_dedup.llama_index.transform import DedupTransform
 
 ROOT = Path(__file__).resolve().parent.parent

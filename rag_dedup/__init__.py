@@ -16,7 +16,8 @@ from rag_dedup.index import DedupIndex, IndexMismatchError, Match
 from rag_dedup.lsh import candidate_probability, choose_bands, knee
 from rag_dedup.normalize import canonical, exact_key
 from rag_dedup.policy import Member, longest_then_authority
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 from rag_dedup.storage import CorruptIndexError, MemoryStorage, Storage
 
 if TYPE_CHECKING:

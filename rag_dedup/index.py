@@ -10,7 +10,7 @@ How a text is placed:
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
    pairs with J >= threshold become edges. An estimate from 128 permutations is noisy by about 0.035
    at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
-   (from bucket counts of the two sets, :func:`~rag_dedup.shingles.jaccard_upper_bounds`) is below
+   (from bucket counts of the two sets, :func:`~rag_dedup.similarity.jaccard_upper_bounds`) is below
    the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
 4. **Clusters.** Connected components of the edge graph are split around policy-chosen centers
    (:func:`~rag_dedup.clusters.split_component`): every member is within the threshold of its
@@ -56,16 +56,8 @@ from rag_dedup.clusters import UnionFind, split_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
-from rag_dedup.shingles import (
-    DEFAULT_NGRAM,
-    canonical_digest,
-    jaccard,
-    jaccard_many,
-    jaccard_pairs,
-    jaccard_upper_bounds,
-    shingle_hashes_many,
-    shingles_and_digests,
-)
+from rag_dedup.shingles import DEFAULT_NGRAM, canonical_digest, shingle_hashes_many, shingles_and_digests
+from rag_dedup.similarity import jaccard, jaccard_many, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 
@@ -387,7 +379,7 @@ class DedupIndex:
         LSH proposes every pair that shares a band, and on real text most of them share little else
         (licence boilerplate, changelog lines): at 21 bands of 6 rows a pair with J = 0.5 is a
         candidate with probability 0.28, and the number of such neighbours of a new text grows with
-        the index. :func:`~rag_dedup.shingles.jaccard_upper_bounds` gives every pair an upper bound of
+        the index. :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair an upper bound of
         its exact Jaccard from bucket counts, in bulk; a pair whose bound is below the threshold has
         an exact Jaccard below it too and is dropped here. This is a bound, not an estimate: no pair
         with J >= threshold is ever dropped, so the edges (and the clusters) are those of verifying

@@ -8,7 +8,7 @@ Jaccard similarity of these sets, |A ∩ B| / |A ∪ B|.
 The short-text rule: a text with fewer words than ``ngram`` (but at least one) is one shingle made
 of all its words, so two different three-word texts share nothing (Jaccard 0), and a short text is
 never a near-duplicate of a long one. An empty or whitespace-only text has no shingles, and
-:func:`jaccard` of an empty set with anything is 0: an empty text is no one's duplicate.
+:func:`~rag_dedup.similarity.jaccard` of an empty set with anything is 0: an empty text is no one's duplicate.
 
 How the hashing is vectorised (the bottleneck of signature computation is here, not in MinHash):
 
@@ -27,6 +27,7 @@ with each other: the same shingles, a faster 64-bit hash of its own (words read 
 no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable only with each other.
 
 Example:
+    >>> from rag_dedup.similarity import jaccard
     >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
     >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
     >>> len(a), len(b), round(jaccard(a, b), 3)
@@ -46,10 +47,6 @@ from rag_dedup.normalize import canonical, token_form
 
 __all__ = [
     "DEFAULT_NGRAM",
-    "jaccard",
-    "jaccard_many",
-    "jaccard_pairs",
-    "jaccard_upper_bounds",
     "canonical_digest",
     "reference_shingle_hashes",
     "shingle_hashes",
@@ -526,142 +523,3 @@ def reference_shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarra
         total = sum(words[i + k] * _C[k] for k in range(ngram)) & _MASK64
         values.add(_fmix64_py(total) >> 32)
     return np.array(sorted(values), dtype=np.uint32)
-
-
-def jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact Jaccard similarity |A ∩ B| / |A ∪ B| of two sorted unique shingle-hash arrays.
-
-    Returns 0.0 when either set is empty: an empty text is no one's duplicate.
-    """
-    if len(a) == 0 or len(b) == 0:
-        return 0.0
-    if len(a) > len(b):
-        a, b = b, a
-    pos = b.searchsorted(a)  # the method: numpy's module-level wrapper costs more than the search
-    pos[pos == len(b)] = 0
-    inter = int(np.count_nonzero(b[pos] == a))
-    return inter / (len(a) + len(b) - inter)
-
-
-def jaccard_many(a: np.ndarray, others: Sequence[np.ndarray]) -> np.ndarray:
-    """Exact Jaccard similarity of ``a`` with each of ``others`` (sorted unique arrays), in one pass.
-
-    Equal to ``[jaccard(a, b) for b in others]``, with a constant number of numpy calls: every element
-    of every ``b`` is looked up in ``a`` at once and the hits are summed per ``b``.
-    """
-    out = np.zeros(len(others), dtype=np.float64)
-    if len(a) == 0 or len(others) == 0:
-        return out
-    sizes = np.fromiter((len(b) for b in others), dtype=np.int64, count=len(others))
-    nonempty = np.flatnonzero(sizes)
-    if len(nonempty) == 0:
-        return out
-    flat = np.concatenate([others[i] for i in nonempty.tolist()])
-    pos = a.searchsorted(flat)
-    pos[pos == len(a)] = 0
-    hits = (a[pos] == flat).astype(np.int64)
-    starts = np.concatenate(([0], np.cumsum(sizes[nonempty])[:-1]))
-    inter = np.add.reduceat(hits, starts)
-    out[nonempty] = inter / (len(a) + sizes[nonempty] - inter)
-    return out
-
-
-def jaccard_pairs(sets: Sequence[np.ndarray], left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Exact Jaccard similarity of each pair ``(sets[left[i]], sets[right[i]])``, for many pairs at once.
-
-    Equal to ``[jaccard(sets[i], sets[j]) for i, j in zip(left, right)]`` (the same float, value for
-    value) with a constant number of numpy calls per block of pairs: each distinct left set is tagged
-    with its number in the high 32 bits, so all of them form one sorted array, and every element of
-    every right set, tagged with its partner's number, is looked up in it at once.
-    """
-    left = np.asarray(left, dtype=np.int64)
-    right = np.asarray(right, dtype=np.int64)
-    out = np.zeros(len(left), dtype=np.float64)
-    sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
-    # Pairs in left-set order: then the needles ascend set by set (the search narrows as it goes).
-    order = np.argsort(left, kind="stable")
-    left, right = left[order], right[order]
-    for lo in range(0, len(left), _PAIR_BLOCK):
-        a, b = left[lo : lo + _PAIR_BLOCK], right[lo : lo + _PAIR_BLOCK]
-        lefts, slot = np.unique(a, return_inverse=True)
-        hay = np.concatenate([sets[i] for i in lefts.tolist()]).astype(np.uint64)
-        hay |= np.repeat(np.arange(len(lefts), dtype=np.uint64) << np.uint64(32), sizes[lefts])
-        needles = np.concatenate([sets[i] for i in b.tolist()]).astype(np.uint64)
-        needles |= np.repeat(slot.astype(np.uint64) << np.uint64(32), sizes[b])
-        pos = hay.searchsorted(needles)
-        pos[pos == len(hay)] = 0
-        hits = np.concatenate(([0], np.cumsum(hay[pos] == needles))) if len(hay) else np.zeros(len(needles) + 1, dtype=np.int64)
-        ends = np.cumsum(sizes[b])
-        inter = hits[ends] - hits[ends - sizes[b]]
-        nonempty = (sizes[a] > 0) & (sizes[b] > 0)
-        out[order[lo : lo + len(a)][nonempty]] = inter[nonempty] / (sizes[a] + sizes[b] - inter)[nonempty]
-    return out
-
-
-# Pairs verified by jaccard_pairs at a time: bounds its temporaries (~1.5 MB at 180 shingles a set),
-# below those of MinHash, so that verification does not raise the peak memory of add_many.
-_PAIR_BLOCK = 256
-
-
-#: The Jaccard upper bound counts shingles in 2^8 = 256 buckets (the top 8 bits of a shingle hash).
-#: On 180-word chunks of real text it rejects every LSH candidate with J < 0.7 and ~97% of those
-#: with J < 0.8 (2^10 buckets: ~99%, at four times the work per pair).
-_BOUND_BITS = 8
-# Sets are counted, and pairs bounded, this many at a time: keeps the temporaries near 256 KB, below
-# those of MinHash (so the bound does not raise add_many's peak memory).
-_BOUND_BLOCK = 1024
-
-
-def jaccard_upper_bounds(sets: Sequence[np.ndarray], left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """An upper bound of the Jaccard similarity of each pair ``(sets[left[i]], sets[right[i]])``, never below it.
-
-    Split the 32-bit hash range into K = 256 buckets by the top bits, and let A_k be the elements of
-    A in bucket k. Then |A ∩ B| = Σ_k |A_k ∩ B_k| <= Σ_k min(|A_k|, |B_k|) =: U, and since
-    J = I / (|A| + |B| - I) grows with I, J <= U / (|A| + |B| - U). The bound is exact in the sense
-    that matters: a pair whose bound is below a threshold has a true Jaccard below it (no
-    probability involved, unlike a MinHash estimate). It is tight for unrelated texts because
-    shingle hashes are uniform: two disjoint sets of ~180 shingles spread over 256 buckets collide
-    in few of them.
-
-    Cost: one bincount over the sets, then 256 small integer operations per pair, instead of a binary
-    search per shingle for the exact value (see :func:`jaccard_many`).
-
-    Args:
-        sets: Sorted unique uint32 shingle-hash arrays.
-        left: Indices into ``sets`` (int array).
-        right: Indices into ``sets``, the same length as ``left``.
-
-    Returns:
-        float64 bounds, one per pair; 0.0 where either set is empty (as :func:`jaccard`).
-    """
-    k = 1 << _BOUND_BITS
-    left = np.asarray(left, dtype=np.int64)
-    right = np.asarray(right, dtype=np.int64)
-    out = np.zeros(len(left), dtype=np.float64)
-    if len(left) == 0:
-        return out
-    sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
-    most = 0
-    blocks = []
-    for lo in range(0, len(sets), _BOUND_BLOCK // 4):
-        part = sets[lo : lo + _BOUND_BLOCK // 4]
-        flat = np.concatenate(part).astype(np.uint32, copy=False)
-        owner = np.repeat(np.arange(len(part), dtype=np.int64) * k, sizes[lo : lo + len(part)])
-        block = np.bincount(owner + (flat >> (32 - _BOUND_BITS)), minlength=len(part) * k)
-        top = int(block.max(initial=0))
-        most = max(most, top)
-        blocks.append(block.astype(np.uint16) if top < 1 << 16 else block)
-    # The narrowest dtype that holds every count (uint8 for chunks; wider only for huge documents:
-    # a count that wrapped around would make the bound too small).
-    dtype = np.uint8 if most < 1 << 8 else np.uint16 if most < 1 << 16 else np.int64
-    counts = np.concatenate([b.astype(dtype) for b in blocks]).reshape(len(sets), k)
-    del blocks
-    for lo in range(0, len(left), _BOUND_BLOCK):
-        a, b = left[lo : lo + _BOUND_BLOCK], right[lo : lo + _BOUND_BLOCK]
-        shared = counts[a]
-        np.minimum(shared, counts[b], out=shared)
-        upper = shared.sum(axis=1, dtype=np.int64)
-        union = sizes[a] + sizes[b] - upper
-        nonempty = (sizes[a] > 0) & (sizes[b] > 0)
-        out[lo : lo + len(a)][nonempty] = upper[nonempty] / union[nonempty]
-    return out

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import rag_dedup.index as index_module
 from rag_dedup import DedupIndex, jaccard
-from rag_dedup.shingles import jaccard_pairs, jaccard_upper_bounds, shingle_hashes_many
+from rag_dedup.shingles import shingle_hashes_many
+from rag_dedup.similarity import jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import Storage
 from rag_dedup.storage.memory import MemoryStorage
 

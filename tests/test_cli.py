@@ -19,7 +19,8 @@ from rag_dedup.app import cli
 from rag_dedup.app.cli import main, side_by_side
 from rag_dedup.app.readers import html_to_text, json_to_text
 from rag_dedup.normalize import canonical
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"

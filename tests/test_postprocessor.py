@@ -27,8 +27,9 @@ from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
 from rag_dedup.normalize import canonical
-from rag_dedup.llama_index.postprocessor import DedupPostprocessor, jaccard_matrix, query_shingles
-from rag_dedup.shingles import jaccard, shingle_hashes, shingle_stream
+from rag_dedup.llama_index.postprocessor import DedupPostprocessor
+from rag_dedup.shingles import shingle_hashes, shingle_stream
+from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix, query_shingles
 from rag_dedup.llama_index.transform import DedupTransform
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -127,7 +128,7 @@ def test_remembered_shingles_never_change_the_result(chunks):
     assert run(cached) == uncached  # partly warm, with evictions
     cached.ngram = 3  # a changed setting must not reuse shingles made with the old one
     assert run(cached) == run(DedupPostprocessor(cache_size=0, ngram=3))
-    assert len(cached._cache) <= 50  # bounded memory
+    assert len(cached._similarity) <= 50  # bounded memory
 
 
 def test_empty_input_returns_empty_sync_and_async():
@@ -450,10 +451,10 @@ def test_batch_similarity_equals_pure_python_jaccard_on_real_chunks(chunks, star
     expected = np.array([[reference_jaccard(a, b) for b in sets] for a in sets])
     np.fill_diagonal(expected, [1.0 if s else 0.0 for s in sets])
     for cache_size in (0, 4096):
-        pp = DedupPostprocessor(cache_size=cache_size)
-        got = pp._similarity(texts)
+        sim = TextSimilarity()
+        got = sim.matrix(texts, 5, cache_size)
         assert np.array_equal(got, expected)
-        assert np.array_equal(pp._similarity(texts[::-1]), expected[::-1, ::-1])  # partly remembered
+        assert np.array_equal(sim.matrix(texts[::-1], 5, cache_size), expected[::-1, ::-1])  # partly remembered
 
 
 def test_batch_similarity_with_more_than_64_texts_equals_pure_python_jaccard(chunks):
@@ -462,7 +463,7 @@ def test_batch_similarity_with_more_than_64_texts_equals_pure_python_jaccard(chu
     sets = [reference_shingles(t) for t in texts]
     expected = np.array([[reference_jaccard(a, b) for b in sets] for a in sets])
     np.fill_diagonal(expected, [1.0 if s else 0.0 for s in sets])
-    assert np.array_equal(DedupPostprocessor(cache_size=0)._similarity(texts), expected)
+    assert np.array_equal(TextSimilarity().matrix(texts, 5, 0), expected)
 
 
 @pytest.mark.parametrize(
@@ -533,7 +534,7 @@ SMALL_VOCABULARY = st.sampled_from(["a", "b", "ab", "A", "é", "x" * 9, "y" * 17
 def test_batch_similarity_equals_pure_python_jaccard_on_small_vocabularies(raw):
     """A small vocabulary makes texts share and repeat shingles, and split runs in many ways."""
     texts = ["".join(w + s for w, s in parts) for parts in raw]
-    got = DedupPostprocessor(cache_size=0, ngram=3)._similarity(texts)
+    got = TextSimilarity().matrix(texts, 3, 0)
     sets = [reference_shingles(t, 3) for t in texts]
     for i, j in itertools.product(range(len(texts)), repeat=2):
         expected = (1.0 if sets[i] else 0.0) if i == j else reference_jaccard(sets[i], sets[j])

@@ -27,7 +27,8 @@ from rag_dedup.app.report import (
     summarize,
     word_diff,
 )
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 

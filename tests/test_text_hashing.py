@@ -220,7 +220,7 @@ def test_minhasher_validates_parameters() -> None:
 
 def test_jaccard_many_equals_pairwise() -> None:
     sets = shingle_hashes_many([t for _, t in chunks()[:80]]) + [np.empty(0, dtype=np.uint32)]
-    from rag_dedup.shingles import jaccard_many
+    from rag_dedup.similarity import jaccard_many
 
     for a in sets[:5] + [sets[-1]]:
         assert jaccard_many(a, sets).tolist() == [jaccard(a, b) for b in sets]

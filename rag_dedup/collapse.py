@@ -1,0 +1,354 @@
+"""Query-time collapse: which of the passages one query returned fold into which, and why. No framework.
+
+Adapters (LlamaIndex's ``DedupPostprocessor`` and ``DistinctRetriever``, and any other framework's) turn
+their retrieved objects into :class:`Passage` tuples, call :meth:`Collapser.collapse`, and carry the
+decision back onto their own objects: each :class:`Kept` names an input position, and the positions
+folded into it, each with a :class:`Fold` (reason and similarity) so citations survive. A LangChain
+document compressor, for example, is a few lines::
+
+    collapser = Collapser()
+    passages = [Passage(str(i), d.page_content, d.metadata.get("score"), d.metadata.get("dedup_cluster"))
+                for i, d in enumerate(documents)]
+    kept = [documents[k.position] for k in collapser.collapse(passages, top_n=10)]
+
+The greedy pass reads the passages in the order given (the caller orders them: best first) and keeps a
+passage unless it duplicates one already kept; then it is folded into the first such keeper. Two
+passages are duplicates when
+
+* ``"cluster"``: both belong to one cluster: the *current* cluster when a ``DedupIndex`` is given and
+  holds the key (``index.matches``), else the cluster stamped at ingest (``Passage.cluster``);
+* ``"exact"`` / ``"near"``: at least one of them has no cluster (or ``trust_clusters=False``), and the
+  exact Jaccard similarity of their word ``ngram``-shingle sets is at least ``threshold`` (1.0 is an
+  exact duplicate up to normalisation), computed by :class:`~rag_dedup.similarity.TextSimilarity`.
+
+With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose character ranges
+(``start``, ``end``) overlap, and whose texts agree on the overlap, are joined into one passage
+(reason ``"overlap"``); the joined text is returned on the :class:`Kept`.
+
+A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
+so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
+of the ``top_n`` places (it is returned only before the last passage that does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.shingles import DEFAULT_NGRAM
+from rag_dedup.similarity import TextSimilarity
+
+__all__ = ["Collapser", "Fold", "Kept", "Passage"]
+
+_POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
+
+
+class Passage(NamedTuple):
+    """One retrieved passage, as the collapse sees it.
+
+    Attributes:
+        key: The passage's id (a node or document id); with an index, looked up in it.
+        text: The text compared; ``None`` when there is nothing to compare (an image: it passes through
+            and takes a ``top_n`` place); empty or whitespace: no evidence (passes, takes no place).
+        score: The retriever's score (``None``: unscored). Reported back on folds.
+        cluster: The cluster stamped at ingest (``dedup_cluster``), or ``None``.
+        ref_doc_id: The document the passage comes from, for citations and ``merge_overlaps``.
+        start: Where ``text`` starts in its document (characters), for ``merge_overlaps``.
+        end: Where ``text`` ends in its document; ``end - start == len(text)`` for a window.
+    """
+
+    key: str
+    text: str | None
+    score: float | None = None
+    cluster: str | None = None
+    ref_doc_id: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+
+class Fold(NamedTuple):
+    """A passage folded into a kept one.
+
+    Attributes:
+        position: Its index in the input.
+        key: Its key.
+        ref_doc_id: Its document.
+        score: Its score.
+        reason: ``"cluster"``, ``"exact"``, ``"near"`` or ``"overlap"`` (see the module docstring).
+        similarity: Its exact Jaccard similarity to the keeper, rounded to 4 places, where computed.
+    """
+
+    position: int
+    key: str
+    ref_doc_id: str | None
+    score: float | None
+    reason: str
+    similarity: float | None
+
+
+class Kept(NamedTuple):
+    """A kept passage and what was folded into it.
+
+    Attributes:
+        position: Its index in the input.
+        folded: The passages folded into it, in the order they were folded.
+        score: Its score; a joined passage (``merge_overlaps``) takes the best score of its windows.
+        cluster: Its current cluster (the index's, else its stamp), or ``None``.
+        text: The joined passage when ``merge_overlaps`` joined windows, else ``None`` (the input's text).
+        start: The joined passage's start, when joined.
+        end: The joined passage's end, when joined.
+    """
+
+    position: int
+    folded: tuple[Fold, ...]
+    score: float | None
+    cluster: str | None = None
+    text: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+
+class _Group:
+    """A kept passage being built: the passages folded into it so far."""
+
+    __slots__ = ("position", "score", "folded", "cluster")
+
+    def __init__(self, position: int, score: float | None, cluster: str | None) -> None:
+        self.position = position
+        self.score = score
+        self.folded: list[Fold] = []
+        self.cluster = cluster
+
+
+def _fold(position: int, passage: Passage, reason: str, similarity: float | None) -> Fold:
+    return Fold(position, passage.key, passage.ref_doc_id, passage.score, reason, similarity)
+
+
+def _row_masks(matrix: np.ndarray) -> list[int]:
+    """Row ``i`` of a square boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
+    k = len(matrix)
+    if k <= 53:  # one float product: the sums of distinct powers of two below 2**53 are exact
+        return (matrix @ _POWERS_OF_TWO[:k]).astype(np.int64).tolist()
+    packed = np.packbits(matrix, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
+
+
+class Collapser:
+    """The collapse rules and the shingles remembered between calls (see the module docstring).
+
+    Args:
+        threshold: Jaccard similarity (of word ``ngram``-shingle sets) at or above which two passages
+            are duplicates. Defaults to the index's threshold, else 0.8.
+        ngram: Words per shingle (the index's, when one is given).
+        trust_clusters: Compare two passages that both have a cluster by cluster alone; ``False``
+            compares their texts too.
+        merge_overlaps: Join kept windows of one document that overlap into one passage.
+        index: A ``DedupIndex`` to ask for current clusters; its clusters override stamps.
+        cache_size: How many texts' shingles to remember between calls (0: none). Results never
+            depend on it.
+
+    Raises:
+        TypeError: An argument of the wrong type.
+        ValueError: A value out of range (the message gives the bound).
+
+    Example:
+        >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy"
+        >>> rows = [Passage("a", text, 3.0), Passage("b", text.upper(), 2.0), Passage("c", "Something else", 1.0)]
+        >>> [(k.position, [(f.key, f.reason, f.similarity) for f in k.folded]) for k in Collapser().collapse(rows)]
+        [(0, [('b', 'exact', 1.0)]), (2, [])]
+    """
+
+    __slots__ = ("threshold", "ngram", "trust_clusters", "merge_overlaps", "index", "cache_size", "similarity")
+
+    def __init__(
+        self,
+        threshold: float | None = None,
+        *,
+        ngram: int | None = None,
+        trust_clusters: bool = True,
+        merge_overlaps: bool = False,
+        index: DedupIndex | None = None,
+        cache_size: int = 4096,
+        similarity: TextSimilarity | None = None,
+    ) -> None:
+        if index is not None and not isinstance(index, DedupIndex):
+            raise TypeError(f"index must be a rag_dedup.DedupIndex, got {type(index).__name__}")
+        if threshold is None:
+            threshold = index.threshold if index is not None else 0.8
+        if ngram is None:
+            ngram = index.ngram if index is not None else DEFAULT_NGRAM
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold ({threshold!r}) must be in (0, 1]; 0.8 is the usual value")
+        for name, value, low in (("ngram", ngram, 1), ("cache_size", cache_size, 0)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be int, got {type(value).__name__}")
+            if value < low:
+                raise ValueError(f"{name} ({value}) must be at least {low}")
+        self.threshold = float(threshold)
+        self.ngram = ngram
+        self.trust_clusters = bool(trust_clusters)
+        self.merge_overlaps = bool(merge_overlaps)
+        self.index = index
+        self.cache_size = cache_size
+        #: The shingles remembered between calls (share one between collapsers to share the memory).
+        self.similarity = similarity if similarity is not None else TextSimilarity()
+
+    def clusters(self, passages: Sequence[Passage]) -> list[str | None]:
+        """The current cluster of each passage: from the index if it holds the key, else the stamp."""
+        index = self.index
+        if index is None:
+            return [p.cluster for p in passages]
+        known = [k for k in dict.fromkeys(p.key for p in passages) if k in index]
+        current = {m.key: m.cluster_id for m in index.matches(known)} if known else {}
+        return [current.get(p.key, p.cluster) for p in passages]
+
+    def collapse(self, passages: Sequence[Passage], top_n: int | None = None) -> list[Kept]:
+        """The kept passages, in input order, each with the passages folded into it.
+
+        Args:
+            passages: The retrieved passages, best first.
+            top_n: Keep the first ``top_n`` passages that carry evidence (``None``: all).
+        """
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+            raise ValueError(f"top_n ({top_n!r}) must be an int >= 1, or None for all")
+        if not passages:
+            return []
+        texts = [None if p.text is None or not p.text or p.text.isspace() else p.text for p in passages]
+        text_pos = [i for i, t in enumerate(texts) if t is not None]
+        clusters: list[str | None] = [None] * len(passages)
+        for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
+            clusters[i] = c
+
+        trust = self.trust_clusters
+        need_text = not trust or any(clusters[i] is None for i in text_pos)
+        sim: np.ndarray | None = None
+        masks: list[int] = []  # masks[a]: bit b set when texts a and b are within the threshold
+        slot: list[int] = [-1] * len(passages)  # position -> row of its text in `sim`
+        if need_text and len(text_pos) > 1:
+            sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size)  # type: ignore[misc]
+            masks = _row_masks(sim >= self.threshold)
+            for a, i in enumerate(text_pos):
+                slot[i] = a
+
+        groups: list[_Group] = []  # kept passages with text, input order
+        by_cluster: dict[str, _Group] = {}
+        group_of_row: dict[int, _Group] = {}
+        kept_rows = 0  # bits: rows of the kept groups
+        kept_free = 0  # bits: rows of the kept groups without a cluster
+        passthrough: list[Kept] = []
+        for i, passage in enumerate(passages):
+            if texts[i] is None:
+                passthrough.append(Kept(i, (), passage.score))
+                continue
+            cluster = clusters[i]
+            target: _Group | None = None
+            reason, similarity = "", None
+            if cluster is not None and cluster in by_cluster:
+                target, reason = by_cluster[cluster], "cluster"
+            elif sim is not None:
+                a = slot[i]
+                # Both clustered, different clusters: the index already compared them (when trusted).
+                hits = masks[a] & (kept_free if trust and cluster is not None else kept_rows)
+                if hits:
+                    b = (hits & -hits).bit_length() - 1  # the lowest row: the first kept group
+                    s = float(sim[a, b])
+                    target, reason, similarity = group_of_row[b], ("exact" if s >= 1.0 else "near"), round(s, 4)
+            if target is None:
+                group = _Group(i, passage.score, cluster)
+                groups.append(group)
+                if cluster is not None:
+                    by_cluster[cluster] = group
+                if sim is not None:
+                    a = slot[i]
+                    group_of_row[a] = group
+                    kept_rows |= 1 << a
+                    if cluster is None:
+                        kept_free |= 1 << a
+            else:
+                target.folded.append(_fold(i, passage, reason, similarity))
+
+        kept = _merge_overlaps(groups, passages) if self.merge_overlaps else [_kept(g) for g in groups]
+        kept.extend(passthrough)
+        kept.sort(key=lambda k: k.position)
+        return kept if top_n is None else _first(kept, passages, top_n)
+
+
+def _first(kept: list[Kept], passages: Sequence[Passage], n: int) -> list[Kept]:
+    """The kept passages up to the ``n``-th that carries evidence (a blank text carries none)."""
+    for at, k in enumerate(kept):
+        text = passages[k.position].text
+        if text is None or (text and not text.isspace()):
+            n -= 1
+            if n == 0:
+                return kept[: at + 1]
+    return kept
+
+
+def _kept(group: _Group) -> Kept:
+    return Kept(group.position, tuple(group.folded), group.score, group.cluster)
+
+
+def _span(passage: Passage) -> tuple[int, int] | None:
+    """The passage's (start, end) in its document, if it is a window whose text fills that range."""
+    start, end, text = passage.start, passage.end, passage.text
+    if passage.ref_doc_id is None or start is None or end is None or text is None or end - start != len(text):
+        return None
+    return start, end
+
+
+def _merge_overlaps(groups: list[_Group], passages: Sequence[Passage]) -> list[Kept]:
+    """Join kept windows of one document whose ranges overlap; the joined passage takes the first place.
+
+    Two windows join only where the text they claim to share is the same text, so positions that do not
+    describe the passage text (a chunker that strips or rewrites) never produce a spliced passage.
+    """
+    spans = {g.position: _span(passages[g.position]) for g in groups}
+    by_doc: dict[str, list[_Group]] = {}
+    for g in groups:
+        if spans[g.position] is not None:
+            by_doc.setdefault(passages[g.position].ref_doc_id, []).append(g)  # type: ignore[arg-type]
+    joined: dict[int, Kept] = {}  # head position -> the joined passage
+    absorbed: set[int] = set()
+    for members in by_doc.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda g: spans[g.position])  # type: ignore[arg-type, return-value]
+        run: list[_Group] = [members[0]]
+        text = passages[members[0].position].text or ""
+        start, end = spans[members[0].position]  # type: ignore[misc]
+        for g in [*members[1:], None]:
+            if g is not None:
+                s, e = spans[g.position]  # type: ignore[misc]
+                other = passages[g.position].text or ""
+                shared = min(end, e) - s  # length of the range both claim, if they overlap
+                if shared > 0 and text[s - start : s - start + shared] == other[:shared]:
+                    if e > end:
+                        text, end = text + other[end - s :], e
+                    run.append(g)
+                    continue
+            if len(run) > 1:
+                head = _join(run, passages, absorbed)
+                joined[head.position] = Kept(head.position, tuple(head.folded), head.score, head.cluster, text, start, end)
+            if g is not None:
+                run, text, (start, end) = [g], passages[g.position].text or "", spans[g.position]  # type: ignore[misc]
+    return [joined.get(g.position) or _kept(g) for g in groups if g.position not in absorbed]
+
+
+def _join(run: list[_Group], passages: Sequence[Passage], absorbed: set[int]) -> _Group:
+    """Fold the other groups of ``run`` into its first-placed one (``"overlap"``), which takes the best score."""
+    head = min(run, key=lambda g: g.position)
+    for g in run:
+        if g is head:
+            continue
+        absorbed.add(g.position)
+        p = passages[g.position]
+        head.folded.append(Fold(g.position, p.key, p.ref_doc_id, g.score, "overlap", None))
+        head.folded.extend(g.folded)
+        if g.score is not None and (head.score is None or g.score > head.score):
+            head.score = g.score
+    return head
