@@ -14,7 +14,9 @@ adapter (LlamaIndex nodes, LangChain ``Document.metadata``, Haystack ``Document.
 
 from __future__ import annotations
 
-__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS"]
+from typing import Any
+
+__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS", "folded_entry"]
 
 #: The cluster an item belonged to when it was ingested: its representative's key.
 DEDUP_CLUSTER = "dedup_cluster"
@@ -27,3 +29,11 @@ DEDUP_COLLAPSED = "dedup_collapsed"
 STAMP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF)
 #: Every key rag-dedup writes.
 DEDUP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, DEDUP_COLLAPSED)
+
+
+def folded_entry(
+    key: str, source: str | None, score: float | None, reason: str, similarity: float | None
+) -> dict[str, Any]:
+    """One ``dedup_collapsed`` entry in LangChain and Haystack metadata: which passage was folded, from
+    which source, with what score, and why (LlamaIndex nodes keep their ``node_id``/``ref_doc_id`` names)."""
+    return {"id": key, "source": source, "score": score, "reason": reason, "similarity": similarity}

@@ -28,7 +28,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, folded_entry
 
 __all__ = ["DedupCompressor", "collapse_documents"]
 
@@ -73,9 +73,7 @@ def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Doc
         return doc.model_copy(deep=True)
     entries = list(doc.metadata.get(DEDUP_COLLAPSED) or [])
     for fold in kept.folded:
-        entries.append(
-            {"id": fold.key, "source": fold.ref_doc_id, "score": fold.score, "reason": fold.reason, "similarity": fold.similarity}
-        )
+        entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
         entries.extend(documents[fold.position].metadata.get(DEDUP_COLLAPSED) or [])  # an earlier pass's
     metadata = {**doc.metadata, DEDUP_COLLAPSED: entries}
     text = doc.page_content
