@@ -199,7 +199,7 @@ def _passage(doc: Document, source_key: str) -> Passage:
 def _survivor(kept: Kept, documents: list[Document]) -> Document:
     doc = documents[kept.position]
     if not kept.folded:
-        return dataclasses.replace(doc, meta=dict(doc.meta))
+        return doc  # unchanged: returned as given (nothing is written on it)
     entries = list(doc.meta.get(DEDUP_COLLAPSED) or [])
     for fold in kept.folded:
         entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
@@ -217,7 +217,8 @@ class DuplicateCollapser:
 
     Reads the documents in the order given (best first), keeps a document unless it duplicates one kept
     already, and folds it into the keeper's ``meta["dedup_collapsed"]`` (``{id, source, score, reason,
-    similarity}``), so citations survive; returns copies, in input order, at most ``top_k``. The decision
+    similarity}``), so citations survive; returns them in input order, at most ``top_k``: a keeper that
+absorbed others as a copy, one that absorbed none as given (nothing is written on the input). The decision
     is :class:`rag_dedup.collapse.Collapser`'s. With ``storage`` or ``index_path``, the index's current
     clusters override the ``dedup_cluster`` stamps.
 

@@ -11,8 +11,9 @@ kept already, and folds the duplicate into the keeper's ``metadata["dedup_collap
 ``metadata["score"]`` if any, and why), so citations survive. The decision is
 :class:`rag_dedup.collapse.Collapser`'s (see there for the reasons ``cluster``, ``exact``, ``near``,
 ``overlap``); the stamps ``DedupDocumentTransformer`` wrote (``dedup_cluster``) are used as it says.
-Returned documents are copies; the input is not modified, and citations a document already carried
-from an earlier pass are kept (a second pass merges, never erases).
+Nothing is written on the input: a kept document that absorbed others is returned as a copy, one that
+absorbed none as given; citations a document already carried from an earlier pass are kept (a second
+pass merges, never erases).
 """
 
 from __future__ import annotations
@@ -70,17 +71,16 @@ def collapse_documents(
 def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Document:
     doc = documents[kept.position]
     if not kept.folded:
-        return doc.model_copy(deep=True)
+        return doc  # unchanged: returned as given (nothing is written on it)
     entries = list(doc.metadata.get(DEDUP_COLLAPSED) or [])
     for fold in kept.folded:
         entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
         entries.extend(documents[fold.position].metadata.get(DEDUP_COLLAPSED) or [])  # an earlier pass's
     metadata = {**doc.metadata, DEDUP_COLLAPSED: entries}
-    text = doc.page_content
-    if kept.text is not None:
-        text = kept.text
-        metadata["start_index"] = kept.start
-    return Document(page_content=text, metadata=metadata, id=doc.id, type=doc.type)
+    if kept.text is None:
+        return doc.model_copy(update={"metadata": metadata})
+    metadata["start_index"] = kept.start
+    return doc.model_copy(update={"metadata": metadata, "page_content": kept.text})
 
 
 class DedupCompressor(BaseDocumentCompressor):

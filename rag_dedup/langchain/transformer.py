@@ -8,7 +8,8 @@ Place it between a loader/splitter and a vector store, or before LangChain's ind
 
 Each document with text is added to the index under its key (``Document.id``, else a digest of its
 text and metadata) with ``metadata[source_key]`` as its source, and comes back as a *new* ``Document``
-(the input is never modified) whose metadata carries ``dedup_cluster`` and ``dedup_duplicate_of``
+(the input is never modified) whose ``id`` is that key and whose metadata carries ``dedup_cluster`` and
+``dedup_duplicate_of``
 (:mod:`rag_dedup.stamps`). In drop mode each passage passes once (:mod:`rag_dedup.ingest`); dropped
 documents stay in the index, so ``transformer.index.resolve(key)`` still names their representative.
 """
@@ -129,4 +130,4 @@ def _stamped(verdict: Verdict[Document]) -> Document:
     if verdict.cluster is None:
         return doc.model_copy(deep=True)
     metadata = {**doc.metadata, DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
-    return Document(page_content=doc.page_content, metadata=metadata, id=doc.id, type=doc.type)
+    return doc.model_copy(update={"metadata": metadata, "id": verdict.key})
