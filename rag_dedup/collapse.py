@@ -11,15 +11,27 @@ document compressor, for example, is a few lines::
                 for i, d in enumerate(documents)]
     kept = [documents[k.position] for k in collapser.collapse(passages, top_n=10)]
 
-The greedy pass reads the passages in the order given (the caller orders them: best first) and keeps a
-passage unless it duplicates one already kept; then it is folded into the first such keeper. Two
-passages are duplicates when
+The greedy pass reads the passages in the order given (the caller orders them: best first; a passage
+with a NaN score is read last) and keeps a passage unless it duplicates one already kept; then it is
+folded into the first such keeper. By default (``trust_clusters=False``) a stamp is a hint, never a
+proof, and every decision is checked on the texts, by the exact Jaccard similarity ``J`` of their word
+``ngram``-shingle sets (:class:`~rag_dedup.similarity.TextSimilarity`). A passage folds into a kept one
+when
 
-* ``"cluster"``: both belong to one cluster: the *current* cluster when a ``DedupIndex`` is given and
-  holds the key (``index.matches``), else the cluster stamped at ingest (``Passage.cluster``);
-* ``"exact"`` / ``"near"``: at least one of them has no cluster (or ``trust_clusters=False``), and the
-  exact Jaccard similarity of their word ``ngram``-shingle sets is at least ``threshold`` (1.0 is an
-  exact duplicate up to normalisation), computed by :class:`~rag_dedup.similarity.TextSimilarity`.
+* ``"exact"`` / ``"near"``: ``J >= threshold``, whatever their clusters (1.0: an exact duplicate up to
+  normalisation);
+* ``"cluster"``: both belong to one cluster and ``J >= floor`` (the index's ``drift_floor``, else
+  ``threshold - 0.1``): the *current* cluster when a ``DedupIndex`` is given and holds the key
+  (``index.matches``), else the cluster stamped at ingest (``Passage.cluster``).
+
+So no two kept passages have ``J >= threshold`` (across clusters too: the index splits a chain A~B~C
+around representatives), and no passage is folded into one it shares less than ``floor`` with (two
+members of one cluster are each within the floor of their representative, not of each other).
+
+``trust_clusters=True`` takes stamps as proof, as rag-dedup did before: two passages of one cluster fold
+without a text check, and two passages of two clusters are never compared (the index compared them at
+ingest); only passages without a cluster are compared by text. Faster when texts are long and unseen,
+with neither guarantee above.
 
 With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose character ranges
 (``start``, ``end``) overlap, and whose texts agree on the overlap, are joined into one passage
@@ -41,7 +53,7 @@ from rag_dedup.index import DedupIndex
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 
-__all__ = ["Collapser", "Fold", "Kept", "Passage"]
+__all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank"]
 
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
 
@@ -123,10 +135,6 @@ class _Group:
         self.cluster = cluster
 
 
-def _fold(position: int, passage: Passage, reason: str, similarity: float | None) -> Fold:
-    return Fold(position, passage.key, passage.ref_doc_id, passage.score, reason, similarity)
-
-
 def _row_masks(matrix: np.ndarray) -> list[int]:
     """Row ``i`` of a square boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
     k = len(matrix)
@@ -142,9 +150,11 @@ class Collapser:
     Args:
         threshold: Jaccard similarity (of word ``ngram``-shingle sets) at or above which two passages
             are duplicates. Defaults to the index's threshold, else 0.8.
+        floor: The least similarity at which a passage folds into a kept passage of its cluster;
+            at most ``threshold``. Defaults to the index's ``drift_floor``, else ``threshold - 0.1``.
         ngram: Words per shingle (the index's, when one is given).
-        trust_clusters: Compare two passages that both have a cluster by cluster alone; ``False``
-            compares their texts too.
+        trust_clusters: Take cluster stamps as proof (see the module docstring); ``False`` (default)
+            checks every decision on the texts.
         merge_overlaps: Join kept windows of one document that overlap into one passage.
         index: A ``DedupIndex`` to ask for current clusters; its clusters override stamps.
         cache_size: How many texts' shingles to remember between calls (0: none). Results never
@@ -161,14 +171,15 @@ class Collapser:
         [(0, [('b', 'exact', 1.0)]), (2, [])]
     """
 
-    __slots__ = ("threshold", "ngram", "trust_clusters", "merge_overlaps", "index", "cache_size", "similarity")
+    __slots__ = ("threshold", "floor", "ngram", "trust_clusters", "merge_overlaps", "index", "cache_size", "similarity")
 
     def __init__(
         self,
         threshold: float | None = None,
         *,
+        floor: float | None = None,
         ngram: int | None = None,
-        trust_clusters: bool = True,
+        trust_clusters: bool = False,
         merge_overlaps: bool = False,
         index: DedupIndex | None = None,
         cache_size: int = 4096,
@@ -184,12 +195,19 @@ class Collapser:
             raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold ({threshold!r}) must be in (0, 1]; 0.8 is the usual value")
+        if floor is None:
+            floor = min(index.drift_floor, threshold) if index is not None else max(0.0, threshold - 0.1)
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+            raise TypeError(f"floor must be a number, got {type(floor).__name__}")
+        if not 0.0 <= floor <= threshold:
+            raise ValueError(f"floor ({floor!r}) must be in [0, threshold ({threshold})]")
         for name, value, low in (("ngram", ngram, 1), ("cache_size", cache_size, 0)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be int, got {type(value).__name__}")
             if value < low:
                 raise ValueError(f"{name} ({value}) must be at least {low}")
         self.threshold = float(threshold)
+        self.floor = float(floor)
         self.ngram = ngram
         self.trust_clusters = bool(trust_clusters)
         self.merge_overlaps = bool(merge_overlaps)
@@ -214,75 +232,101 @@ class Collapser:
             passages: The retrieved passages, best first.
             top_n: Keep the first ``top_n`` passages that carry evidence (``None``: all).
         """
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise ValueError(f"top_n ({top_n!r}) must be an int >= 1, or None for all")
+        if top_n is not None:
+            if isinstance(top_n, bool) or not isinstance(top_n, int):
+                raise TypeError(f"top_n must be int or None, got {type(top_n).__name__}")
+            if top_n < 1:
+                raise ValueError(f"top_n ({top_n}) must be at least 1, or None for all")
         if not passages:
             return []
-        texts = [None if p.text is None or not p.text or p.text.isspace() else p.text for p in passages]
+        texts = [t if t and not t.isspace() else None for t in [p.text for p in passages]]  # is_blank, inlined
         text_pos = [i for i, t in enumerate(texts) if t is not None]
-        clusters: list[str | None] = [None] * len(passages)
-        for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
-            clusters[i] = c
+        if len(text_pos) == len(passages):
+            clusters = self.clusters(passages)
+        else:
+            clusters = [None] * len(passages)
+            for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
+                clusters[i] = c
 
         trust = self.trust_clusters
-        need_text = not trust or any(clusters[i] is None for i in text_pos)
         sim: np.ndarray | None = None
-        masks: list[int] = []  # masks[a]: bit b set when texts a and b are within the threshold
+        near: list[int] = []  # near[a]: bit b set when texts a and b are within the threshold
+        close: list[int] = []  # close[a]: bit b set when texts a and b are within the floor
         slot: list[int] = [-1] * len(passages)  # position -> row of its text in `sim`
-        if need_text and len(text_pos) > 1:
+        if len(text_pos) > 1 and (not trust or any(clusters[i] is None for i in text_pos)):
             sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size)  # type: ignore[misc]
-            masks = _row_masks(sim >= self.threshold)
+            near = _row_masks(sim >= self.threshold)
+            close = near if trust or self.floor == self.threshold else _row_masks(sim >= self.floor)
             for a, i in enumerate(text_pos):
                 slot[i] = a
 
-        groups: list[_Group] = []  # kept passages with text, input order
-        by_cluster: dict[str, _Group] = {}
+        # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
+        scores = [p.score for p in passages]
+        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
+        nan_last = len(order) < len(text_pos)
+        if nan_last:
+            order += [i for i in text_pos if scores[i] != scores[i]]
+        groups: list[_Group] = []  # kept passages with text
+        by_cluster: dict[str, _Group] = {}  # trusted: the first kept group of each cluster
+        cluster_rows: dict[str, int] = {}  # bits: rows of the kept groups of each cluster
         group_of_row: dict[int, _Group] = {}
         kept_rows = 0  # bits: rows of the kept groups
         kept_free = 0  # bits: rows of the kept groups without a cluster
-        passthrough: list[Kept] = []
-        for i, passage in enumerate(passages):
-            if texts[i] is None:
-                passthrough.append(Kept(i, (), passage.score))
-                continue
+        for i in order:
+            passage = passages[i]
             cluster = clusters[i]
+            a = slot[i]
             target: _Group | None = None
             reason, similarity = "", None
-            if cluster is not None and cluster in by_cluster:
+            if trust and cluster is not None and cluster in by_cluster:
                 target, reason = by_cluster[cluster], "cluster"
             elif sim is not None:
-                a = slot[i]
-                # Both clustered, different clusters: the index already compared them (when trusted).
-                hits = masks[a] & (kept_free if trust and cluster is not None else kept_rows)
+                # Trusted: two clustered passages of different clusters were compared at ingest.
+                hits = near[a] & (kept_free if trust and cluster is not None else kept_rows)
+                if cluster is not None and cluster in cluster_rows:
+                    hits |= close[a] & cluster_rows[cluster]
                 if hits:
-                    b = (hits & -hits).bit_length() - 1  # the lowest row: the first kept group
-                    s = float(sim[a, b])
-                    target, reason, similarity = group_of_row[b], ("exact" if s >= 1.0 else "near"), round(s, 4)
+                    b = (hits & -hits).bit_length() - 1  # the lowest row: the first kept passage
+                    target, s = group_of_row[b], float(sim[a, b])
+                    if cluster is not None and target.cluster == cluster:
+                        reason = "cluster"
+                    else:
+                        reason = "exact" if s >= 1.0 else "near"
+                    similarity = round(s, 4)
             if target is None:
                 group = _Group(i, passage.score, cluster)
                 groups.append(group)
                 if cluster is not None:
-                    by_cluster[cluster] = group
+                    by_cluster.setdefault(cluster, group)
                 if sim is not None:
-                    a = slot[i]
                     group_of_row[a] = group
                     kept_rows |= 1 << a
                     if cluster is None:
                         kept_free |= 1 << a
+                    elif not trust:
+                        cluster_rows[cluster] = cluster_rows.get(cluster, 0) | 1 << a
             else:
-                target.folded.append(_fold(i, passage, reason, similarity))
+                target.folded.append(Fold(i, passage.key, passage.ref_doc_id, passage.score, reason, similarity))
 
+        if nan_last:  # back to input order
+            groups.sort(key=lambda g: g.position)
         kept = _merge_overlaps(groups, passages) if self.merge_overlaps else [_kept(g) for g in groups]
-        kept.extend(passthrough)
-        kept.sort(key=lambda k: k.position)
+        if len(text_pos) < len(passages):
+            kept.extend(Kept(i, (), passages[i].score) for i, t in enumerate(texts) if t is None)
+            kept.sort(key=lambda k: k.position)
         return kept if top_n is None else _first(kept, passages, top_n)
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` carries no evidence: empty or whitespace only."""
+    return not text or text.isspace()  # `not text.strip()`, without a copy
 
 
 def _first(kept: list[Kept], passages: Sequence[Passage], n: int) -> list[Kept]:
     """The kept passages up to the ``n``-th that carries evidence (a blank text carries none)."""
     for at, k in enumerate(kept):
         text = passages[k.position].text
-        if text is None or (text and not text.isspace()):
+        if text is None or not is_blank(text):
             n -= 1
             if n == 0:
                 return kept[: at + 1]

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import rag_dedup
 from rag_dedup.collapse import Collapser, Fold, Kept, Passage
+from rag_dedup.index import DedupIndex
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -53,6 +57,8 @@ def test_blank_passages_pass_through_but_take_no_top_n_place(paragraphs):
     assert [k.position for k in kept] == [0, 1]
     with pytest.raises(ValueError, match="top_n"):
         Collapser().collapse(passages, top_n=0)
+    with pytest.raises(TypeError, match="top_n"):
+        Collapser().collapse(passages, top_n=1.5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -68,3 +74,64 @@ def test_blank_passages_pass_through_but_take_no_top_n_place(paragraphs):
 def test_bad_settings_are_refused_with_the_name(kwargs, error, match):
     with pytest.raises(error, match=match):
         Collapser(**kwargs)
+
+
+def edited(text: str, k: int) -> str:
+    """The text with every k-th word replaced: a near-duplicate at a distance that grows as k shrinks."""
+    return " ".join("changed" if i % k == k - 1 else w for i, w in enumerate(text.split()))
+
+
+def test_checked_by_default_no_kept_pair_reaches_the_threshold_and_no_fold_is_below_the_floor(paragraphs):
+    """A family stamped as one cluster, and a near-copy stamped as another: the stamps are hints."""
+    base = paragraphs[2]
+    variants = [base, edited(base, 40), edited(base, 12), edited(base, 6), edited(base, 3)]
+    passages = [Passage(f"v{i}", t, 1.0, cluster="fam") for i, t in enumerate(variants)]
+    passages.append(Passage("other-cluster-copy", base.upper(), 0.5, cluster="elsewhere"))
+    kept = Collapser().collapse(passages)
+    texts = {p.key: p.text for p in passages}
+    keepers = [passages[k.position] for k in kept]
+    assert all(jaccard(a.text, b.text) < 0.8 for i, a in enumerate(keepers) for b in keepers[i + 1 :])
+    for k in kept:
+        for f in k.folded:
+            assert f.similarity == round(jaccard(passages[k.position].text, texts[f.key]), 4) >= 0.7
+    assert any(f.key == "other-cluster-copy" and f.reason == "exact" for k in kept for f in k.folded)
+    trusted = Collapser(trust_clusters=True).collapse(passages)
+    assert [k.position for k in trusted] == [0, 5]  # stamps as proof: the whole family folds, the copy stays
+
+
+def test_floor_defaults_to_the_index_drift_floor_and_is_bounded_by_the_threshold():
+    assert Collapser().floor == pytest.approx(0.7)
+    assert Collapser(index=DedupIndex(threshold=0.9, drift_floor=0.6)).floor == 0.6
+    with pytest.raises(ValueError, match="floor"):
+        Collapser(threshold=0.5, floor=0.6)
+
+
+def test_a_nan_score_is_read_last_and_keeps_its_place(paragraphs):
+    nan = float("nan")
+    passages = [Passage("nan", paragraphs[3], nan), Passage("b", paragraphs[4], 1.0), Passage("a", paragraphs[3], 2.0)]
+    kept = Collapser().collapse(passages)
+    assert [(k.position, [f.key for f in k.folded]) for k in kept] == [(1, []), (2, ["nan"])]
+
+
+def test_overlapping_windows_of_one_document_are_joined_where_their_texts_agree(paragraphs):
+    doc = paragraphs[5] + "\n\n" + paragraphs[6]
+    cut = len(paragraphs[5]) // 2
+    first, second = doc[: len(paragraphs[5])], doc[cut:]
+    passages = [
+        Passage("second", second, 2.0, ref_doc_id="d", start=cut, end=len(doc)),
+        Passage("first", first, 1.0, ref_doc_id="d", start=0, end=len(first)),
+    ]
+    (joined,) = Collapser(merge_overlaps=True).collapse(passages)
+    assert (joined.position, joined.text, joined.start, joined.end, joined.score) == (0, doc, 0, len(doc), 2.0)
+    assert [(f.key, f.reason) for f in joined.folded] == [("first", "overlap")]
+    liar = passages[1]._replace(text=paragraphs[7][: len(first)])  # positions that do not describe the text
+    assert len(Collapser(merge_overlaps=True).collapse([passages[0], liar])) == 2
+
+
+def test_jaccard_takes_two_texts_or_two_shingle_sets_and_says_so_otherwise():
+    """Regression (issue 19, item 7): rag_dedup.jaccard("a", "b") raised AttributeError on 'searchsorted'."""
+    a, b = "the quick brown fox jumps over the lazy dog", "The  quick brown fox jumps over the lazy cat"
+    assert rag_dedup.jaccard(a, b) == rag_dedup.jaccard(shingle_hashes(a), shingle_hashes(b)) == 4 / 6
+    assert rag_dedup.jaccard("one two", "one two", ngram=1) == 1.0
+    with pytest.raises(TypeError, match="two texts"):
+        rag_dedup.jaccard(a, shingle_hashes(b))  # type: ignore[arg-type]

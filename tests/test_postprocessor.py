@@ -12,9 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import Document, SummaryIndex
 from llama_index.core.llms import MockLLM
+from llama_index.core.postprocessor import LongContextReorder
 from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.retrievers import RecursiveRetriever
 from llama_index.core.schema import (
     ImageNode,
+    IndexNode,
     MetadataMode,
     NodeRelationship,
     NodeWithScore,
@@ -28,6 +31,7 @@ from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
 from rag_dedup.normalize import canonical
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
+from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import shingle_hashes, shingle_stream
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix, query_shingles
 from rag_dedup.llama_index.transform import DedupTransform
@@ -90,7 +94,7 @@ def max_pairwise_jaccard(nodes: list[NodeWithScore]) -> float:
 
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
-def test_kept_nodes_are_distinct_in_score_order_and_every_input_is_accounted_for(data, distinct_texts):
+def test_kept_nodes_are_distinct_in_input_order_and_every_input_is_accounted_for(data, distinct_texts):
     picks = data.draw(st.lists(st.integers(0, len(distinct_texts) - 1), min_size=1, max_size=30))
     kinds = data.draw(st.lists(st.sampled_from(["same", "edited"]), min_size=len(picks), max_size=len(picks)))
     texts = [distinct_texts[p] if k == "same" else edited(distinct_texts[p]) for p, k in zip(picks, kinds)]
@@ -100,17 +104,15 @@ def test_kept_nodes_are_distinct_in_score_order_and_every_input_is_accounted_for
 
     kept = DedupPostprocessor().postprocess_nodes(nodes)
 
-    assert [n.score for n in kept] == sorted((n.score for n in kept), reverse=True)
+    assert [ids_in.index(n.node_id) for n in kept] == sorted(ids_in.index(n.node_id) for n in kept)
     assert max_pairwise_jaccard(kept) < 0.8
-    # Exactly the distinct planted passages survive: one per source text picked.
-    assert len(kept) == len(set(picks))
-    folded = [c["node_id"] for n in kept for c in n.node.metadata[DEDUP_COLLAPSED]]
+    # Exactly the distinct planted passages survive: one per source text picked, its first occurrence.
+    assert [n.node_id for n in kept] == [f"n{picks.index(p)}" for p in dict.fromkeys(picks)]
+    folded = [c["node_id"] for n in kept for c in n.node.metadata.get(DEDUP_COLLAPSED, [])]
     assert sorted([n.node_id for n in kept] + folded) == sorted(ids_in)
-    # The kept node of a group is its best-scoring member.
     score_of = {n.node_id: n.score for n in nodes}
-    for n in kept:
-        assert all(c["score"] <= n.score for c in n.node.metadata[DEDUP_COLLAPSED])
-        assert n.score == score_of[n.node_id]
+    assert all(n.score == score_of[n.node_id] for n in kept)
+    assert all(DEDUP_COLLAPSED not in n.node.metadata for n in nodes)  # the caller's nodes are not written to
 
 
 def test_remembered_shingles_never_change_the_result(chunks):
@@ -120,7 +122,7 @@ def test_remembered_shingles_never_change_the_result(chunks):
 
     def run(pp: DedupPostprocessor) -> list[tuple[str, list[str]]]:
         kept = pp.postprocess_nodes([n.model_copy(deep=True) for n in nodes])
-        return [(n.node_id, [c["node_id"] for c in n.node.metadata[DEDUP_COLLAPSED]]) for n in kept]
+        return [(n.node_id, [c["node_id"] for c in n.node.metadata.get(DEDUP_COLLAPSED, [])]) for n in kept]
 
     uncached = run(DedupPostprocessor(cache_size=0))
     cached = DedupPostprocessor(cache_size=50)
@@ -137,10 +139,11 @@ def test_empty_input_returns_empty_sync_and_async():
     assert asyncio.run(pp.apostprocess_nodes([])) == []
 
 
-def test_input_out_of_order_comes_back_in_score_order(distinct_texts):
+def test_input_order_is_kept_whatever_the_scores(distinct_texts):
+    """Regression (issue 16, item 10): re-sorting by score undid LongContextReorder's order."""
     nodes = scored(distinct_texts[:5], [1.0, 5.0, 3.0, 4.0, 2.0])
     kept = DedupPostprocessor().postprocess_nodes(nodes)
-    assert [n.score for n in kept] == [5.0, 4.0, 3.0, 2.0, 1.0]
+    assert [n.score for n in kept] == [1.0, 5.0, 3.0, 4.0, 2.0]
 
 
 def test_folded_nodes_are_cited_with_document_score_reason_and_similarity(distinct_texts):
@@ -181,9 +184,9 @@ def test_ref_doc_ids_of_folded_nodes_are_kept_for_citations(chunks):
 # --- clusters: stamps, the index, and text ------------------------------------------------------
 
 
-def test_stamped_nodes_collapse_to_one_per_cluster(documents):
+def test_trusted_stamped_nodes_collapse_to_one_per_cluster(documents):
     nodes = DedupTransform()(SentenceChunker().get_nodes_from_documents(documents[:30]))
-    kept = DedupPostprocessor().postprocess_nodes([NodeWithScore(node=n, score=1.0) for n in nodes])
+    kept = DedupPostprocessor(trust_clusters=True).postprocess_nodes([NodeWithScore(node=n, score=1.0) for n in nodes])
     clusters = [n.node.metadata[DEDUP_CLUSTER] for n in kept]
     assert len(clusters) == len(set(clusters)) == len({n.metadata[DEDUP_CLUSTER] for n in nodes})
 
@@ -200,8 +203,8 @@ def test_index_clusters_override_stale_stamps(distinct_texts):
     assert short.metadata[DEDUP_CLUSTER] == "short" and longer.metadata[DEDUP_CLUSTER] == "longer"
     nodes = [NodeWithScore(node=short, score=2.0), NodeWithScore(node=longer, score=1.0)]
 
-    stale = DedupPostprocessor().postprocess_nodes([n.model_copy(deep=True) for n in nodes])
-    current = DedupPostprocessor(index=index).postprocess_nodes(nodes)
+    stale = DedupPostprocessor(trust_clusters=True).postprocess_nodes(nodes)
+    current = DedupPostprocessor(index=index, trust_clusters=True).postprocess_nodes(nodes)
 
     assert len(stale) == 2
     assert [n.node_id for n in current] == ["short"]
@@ -404,10 +407,10 @@ def reference_jaccard(a: set, b: set) -> float:
 
 
 def reference_collapse(nodes: list[NodeWithScore], threshold: float = 0.8) -> list[tuple[str, list[tuple]]]:
-    """The greedy pass written plainly: in score order, fold a node into the first kept node whose text is
-    within the threshold; (kept id, [(folded id, reason, similarity), ...]) in score order."""
+    """The greedy pass written plainly: in input order, fold a node into the first kept node whose text is
+    within the threshold; (kept id, [(folded id, reason, similarity), ...]) in input order."""
     kept: list[tuple[NodeWithScore, set, list[tuple]]] = []
-    for nws in sorted(nodes, key=lambda n: n.score, reverse=True):
+    for nws in nodes:
         mine = reference_shingles(nws.node.get_content())
         for other, theirs, folded in kept:
             s = reference_jaccard(mine, theirs)
@@ -475,9 +478,9 @@ def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, siz
     scores = [float((7 * i) % 11) for i in range(len(texts))]  # ties included: the input order breaks them
     nodes = scored(texts, scores)
     expected = reference_collapse(nodes)
-    kept = DedupPostprocessor().postprocess_nodes([n.model_copy(deep=True) for n in nodes])
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
     got = [
-        (n.node_id, [(c["node_id"], c["reason"], c["similarity"]) for c in n.node.metadata[DEDUP_COLLAPSED]])
+        (n.node_id, [(c["node_id"], c["reason"], c["similarity"]) for c in n.node.metadata.get(DEDUP_COLLAPSED, [])])
         for n in kept
     ]
     assert got == expected
@@ -621,3 +624,120 @@ def test_as_query_engine_of_an_index_collapses_its_copies(documents):
     response = engine.query("What does the licence permit?")
     assert len(response.source_nodes) == len(nodes) // 2
     assert max_pairwise_jaccard(response.source_nodes) < 0.8
+
+
+# --- issue 11 item 4: stamps are hints; every decision is checked on the texts -------------------
+
+
+@pytest.fixture(scope="module")
+def stamped_bm25(chunks) -> tuple[BM25Retriever, DedupTransform]:
+    transform = DedupTransform()
+    stamped = transform([n.model_copy(deep=True) for n in chunks])
+    return BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=30), transform
+
+
+@pytest.mark.parametrize("with_index", [pytest.param(False, id="stamps"), pytest.param(True, id="index")])
+def test_stamped_top_30_keeps_no_duplicate_pair_and_folds_nothing_below_the_floor(stamped_bm25, with_index):
+    retriever, transform = stamped_bm25
+    pp = DedupPostprocessor(index=transform.index if with_index else None)
+    for query in QUERIES + ["Redistributions in binary form must reproduce the above copyright notice"]:
+        hits = retriever.retrieve(query)
+        kept = pp.postprocess_nodes(hits)
+        assert max_pairwise_jaccard(kept) < 0.8
+        text_of = {h.node_id: h.node.get_content() for h in hits}
+        for n in kept:
+            for c in n.node.metadata.get(DEDUP_COLLAPSED, []):
+                similarity = jaccard(n.node.get_content(), text_of[c["node_id"]])
+                assert similarity >= 0.7 and c["similarity"] == round(similarity, 4)
+
+
+def test_a_cluster_stamp_alone_never_folds_a_passage_below_the_floor(distinct_texts):
+    """Two members of one cluster are each within the floor of their representative, not of each other."""
+    a = TextNode(text=distinct_texts[8], id_="a", metadata={DEDUP_CLUSTER: "rep"})
+    b = TextNode(text=distinct_texts[9], id_="b", metadata={DEDUP_CLUSTER: "rep"})
+    c = TextNode(text=edited(distinct_texts[8]), id_="c", metadata={DEDUP_CLUSTER: "rep"})
+    nodes = [NodeWithScore(node=n, score=1.0) for n in (a, b, c)]
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["a", "b"]
+    (entry,) = kept[0].node.metadata[DEDUP_COLLAPSED]
+    assert (entry["node_id"], entry["reason"]) == ("c", "cluster") and entry["similarity"] >= 0.7
+    trusted = DedupPostprocessor(trust_clusters=True).postprocess_nodes(nodes)
+    assert [n.node_id for n in trusted] == ["a"]
+
+
+def test_floor_is_validated_against_the_threshold():
+    with pytest.raises(ValueError, match="floor"):
+        DedupPostprocessor(threshold=0.6, floor=0.7)
+    assert DedupPostprocessor(floor=0.5).floor == 0.5
+
+
+# --- issue 16 items 8-10 and issue 17 item 10, with LlamaIndex's own classes ---------------------
+
+
+def test_a_second_pass_merges_the_first_pass_citations(stamped_bm25):
+    """Regression (issue 16, item 8): DistinctRetriever then DedupPostprocessor erased the first pass's list."""
+    retriever, _ = stamped_bm25
+    engine = RetrieverQueryEngine.from_args(
+        DistinctRetriever(retriever, top_k=10),
+        llm=MockLLM(max_tokens=8),
+        node_postprocessors=[DedupPostprocessor(threshold=0.3)],
+    )
+    query = QUERIES[0]
+    first = DistinctRetriever(retriever, top_k=10).retrieve(query)
+    cited_first = {c["node_id"] for n in first for c in n.node.metadata.get(DEDUP_COLLAPSED, [])}
+    sources = engine.query(query).source_nodes
+    cited = {c["node_id"] for n in sources for c in n.node.metadata.get(DEDUP_COLLAPSED, [])}
+    assert cited_first and len(sources) < len(first)  # both passes folded something
+    assert cited_first <= cited
+    assert {n.node_id for n in first} == {n.node_id for n in sources} | (cited - cited_first)
+
+
+def test_nodes_a_recursive_retriever_returns_every_time_are_never_written_to(chunks):
+    """Regression (issue 16, item 9): RecursiveRetriever returns its node_dict's objects; writing on them
+    showed an earlier query's dedup_collapsed in a later one."""
+    node_dict = {n.node_id: n.model_copy(deep=True) for n in chunks}
+    links = [IndexNode(text=n.text, index_id=n.node_id, id_="link-" + n.node_id) for n in chunks]
+    base = BM25Retriever.from_defaults(nodes=links, similarity_top_k=20)
+    recursive = RecursiveRetriever("root", retriever_dict={"root": base}, node_dict=node_dict)
+    pp = DedupPostprocessor()
+    before = {k: dict(n.metadata) for k, n in node_dict.items()}
+    for query in QUERIES:
+        hits = recursive.retrieve(query)
+        assert any(h.node is node_dict[h.node_id] for h in hits)  # the same objects every time
+        kept = pp.postprocess_nodes(hits)
+        retrieved = {h.node_id for h in hits}
+        for n in kept:
+            assert {c["node_id"] for c in n.node.metadata.get(DEDUP_COLLAPSED, [])} <= retrieved
+    assert {k: dict(n.metadata) for k, n in node_dict.items()} == before
+
+
+def test_long_context_reorder_order_survives_the_collapse(bm25):
+    """Regression (issue 16, item 10): re-sorting by score undid LongContextReorder."""
+    hits = bm25.retrieve(QUERIES[1])
+    reordered = LongContextReorder().postprocess_nodes(hits)
+    kept = DedupPostprocessor().postprocess_nodes(reordered)
+    position = {n.node_id: i for i, n in enumerate(reordered)}
+    assert len(kept) < len(reordered)
+    assert [position[n.node_id] for n in kept] == sorted(position[n.node_id] for n in kept)
+    for n in kept:  # each kept node is the first of its group in the reordered list
+        assert all(position[c["node_id"]] > position[n.node_id] for c in n.node.metadata.get(DEDUP_COLLAPSED, []))
+
+
+def test_a_nan_score_node_absorbs_no_scored_copy_and_breaks_no_order(distinct_texts):
+    """Regression (issue 17, item 10): a 2.0-score copy was folded into a NaN-score node."""
+    nan = float("nan")
+    nodes = [
+        NodeWithScore(node=TextNode(text=distinct_texts[0], id_="nan"), score=nan),
+        NodeWithScore(node=TextNode(text=distinct_texts[0], id_="copy"), score=2.0),
+        NodeWithScore(node=TextNode(text=distinct_texts[1], id_="other"), score=1.0),
+        NodeWithScore(node=TextNode(text=distinct_texts[2], id_="nan-alone"), score=nan),
+    ]
+    kept = DedupPostprocessor().postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["copy", "other", "nan-alone"]
+    assert [c["node_id"] for c in kept[0].node.metadata[DEDUP_COLLAPSED]] == ["nan"]
+
+
+def test_an_empty_text_node_takes_no_top_n_place(distinct_texts):
+    nodes = scored(["", *distinct_texts[:3]])
+    kept = DedupPostprocessor(top_n=2).postprocess_nodes(nodes)
+    assert [n.node_id for n in kept] == ["n0", "n1", "n2"]

@@ -7,11 +7,12 @@ import itertools
 from pathlib import Path
 
 import pytest
-from llama_index.core import Document
+from llama_index.core import Document, SummaryIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from rag_dedup.llama_index.chunking import SentenceChunker
@@ -188,6 +189,8 @@ def test_query_engine_over_the_distinct_retriever(chunks):
         pytest.param({"top_k": 0}, ValueError, id="top-k-zero"),
         pytest.param({"top_k": 2.5}, TypeError, id="top-k-float"),
         pytest.param({"fetch_factor": 0.5}, ValueError, id="fetch-factor-below-one"),
+        pytest.param({"fetch_factor": float("inf")}, ValueError, id="fetch-factor-infinite"),
+        pytest.param({"fetch_factor": float("nan")}, ValueError, id="fetch-factor-nan"),
         pytest.param({"top_k": 10, "max_fetch": 5}, ValueError, id="max-fetch-below-top-k"),
         pytest.param(
             {"postprocessor": DedupPostprocessor(), "threshold": 0.9}, ValueError, id="postprocessor-and-threshold"
@@ -196,10 +199,61 @@ def test_query_engine_over_the_distinct_retriever(chunks):
     ],
 )
 def test_bad_arguments_are_refused(chunks, kwargs, error):
-    with pytest.raises(error):
+    with pytest.raises(error, match="|".join(kwargs)):
         DistinctRetriever(bm25(chunks[:20], 5), **kwargs)
 
 
 def test_wrapping_something_that_is_not_a_retriever_is_refused():
     with pytest.raises(TypeError, match="BaseRetriever"):
         DistinctRetriever(["not", "a", "retriever"], top_k=3)  # type: ignore[arg-type]
+
+
+# --- issue 16 items 11-12 and issue 17 item 10, with LlamaIndex's own classes ---------------------
+
+
+def test_concurrent_aretrieve_works_in_one_event_loop_after_another(chunks):
+    """Regression (issue 16, item 11): the asyncio.Lock was bound to the first event loop, so a second
+    asyncio.run doing concurrent aretrieve raised "... bound to a different event loop"."""
+    retriever = DistinctRetriever(bm25(chunks, 10), top_k=5)
+
+    async def many() -> list[list[str]]:
+        results = await asyncio.gather(*(retriever.aretrieve(q) for q in QUERIES[:4]))
+        return [[n.node_id for n in r] for r in results]
+
+    expected = [[n.node_id for n in retriever.retrieve(q)] for q in QUERIES[:4]]
+    assert asyncio.run(many()) == expected
+    assert asyncio.run(many()) == expected
+
+
+def test_inside_query_fusion_retriever_with_use_async_twice(chunks):
+    """Regression (issue 16, item 11): inside QueryFusionRetriever(use_async=True) the bound lock
+    surfaced as "Detected nested async" on the second query."""
+    fusion = QueryFusionRetriever(
+        [DistinctRetriever(bm25(chunks, 10), top_k=5), DistinctRetriever(bm25(chunks[::2], 10), top_k=5)],
+        llm=MockLLM(max_tokens=8),
+        num_queries=1,
+        use_async=True,
+        similarity_top_k=8,
+    )
+    for query in QUERIES[:2]:
+        got = fusion.retrieve(query)
+        assert 5 <= len(got) <= 8
+
+
+def test_object_map_and_objects_are_accepted_like_every_base_retriever(chunks):
+    """Regression (issue 16, item 12): object_map= / objects= were refused."""
+    target = bm25(chunks[:40], 5)
+    link = IndexNode(text="see the other retriever", index_id="other", obj=target)
+    retriever = DistinctRetriever(bm25(chunks, 10), top_k=3, object_map={"other": target}, objects=[link])
+    assert retriever.object_map["other"] is target
+    assert len(retriever.retrieve(QUERIES[0])) == 3
+
+
+def test_an_empty_text_node_takes_no_top_k_place(chunks):
+    """Regression (issue 17, item 10): empty nodes came back in place of distinct passages."""
+    empties = [TextNode(text=" ", id_=f"empty{i}") for i in range(6)]
+    index = SummaryIndex([*empties, *[n.model_copy() for n in chunks[:40]]])
+    plain = index.as_retriever().retrieve(QUERIES[0])
+    assert [n.node_id for n in plain[:6]] == [n.node_id for n in empties]  # they do come first
+    got = DistinctRetriever(index.as_retriever(), top_k=4).retrieve(QUERIES[0])
+    assert sum(1 for n in got if n.node.get_content().strip()) == 4

@@ -7,85 +7,79 @@ Plug it in wherever LlamaIndex takes node postprocessors::
         node_postprocessors=[DedupPostprocessor(top_n=10)],
     )
 
-Given the retrieved nodes, best score first, it keeps a node unless it duplicates a node already kept,
-and folds the duplicate into the kept node's ``metadata["dedup_collapsed"]`` (node id, document, score,
-reason, similarity), so citations survive. Two nodes are duplicates when
+A thin adapter over the framework-free :mod:`rag_dedup.collapse` (which holds the rules, the
+guarantees and the math): the nodes become passages (node id, text, score, ``dedup_cluster`` stamp),
+and the decision comes back as nodes. Reading the nodes in the order given (the first occurrence is
+the best-ranked one, as a retriever or an earlier postprocessor such as ``LongContextReorder`` placed
+it), it keeps a node unless it duplicates a node already kept, and folds the duplicate into the kept
+node's ``metadata["dedup_collapsed"]`` (node id, document, score, reason, similarity), so citations
+survive. By default every decision is checked on the texts: no two kept nodes have Jaccard similarity
+at or above ``threshold``, and no node is folded into one it shares less than the drift floor with;
+``trust_clusters=True`` takes cluster stamps as proof instead (faster on long unseen texts, without
+those guarantees).
 
-* ``"cluster"``: both belong to one cluster: the *current* cluster when a ``DedupIndex`` is given and
-  holds them (``index.resolve(node_id)``), else the cluster stamped at ingest by ``DedupTransform``;
-* ``"exact"`` / ``"near"``: at least one of them has no cluster, and the Jaccard similarity of their word
-  5-gram shingle sets is at least ``threshold`` (1.0 is an exact duplicate up to normalisation).
-
-Nodes without a cluster are compared by text, so the postprocessor also works on an index that was built
-without rag-dedup. The similarity computed is exact, not a MinHash estimate (shingles are compared by
-64-bit hashes, at least 58 bits of which count: two different shingles share one with probability
-about 2^-58): for the tens to hundreds of nodes one query returns, hashing all their shingles in one
-pass and sorting them together once, then counting the pairs within runs of equal shingles, gives the
-Jaccard similarity of every pair for less than MinHash signatures of the same nodes would cost (see
-:func:`~rag_dedup.shingles.shingle_stream` and :func:`jaccard_matrix`); exact copies are shingled
-once. Two nodes that
-both carry a cluster are compared by cluster alone (the index compared their texts at ingest): the fast
-path. The index splits a chain A~B~C around representatives, so members of two clusters can still be
-within the threshold of each other; set ``trust_clusters=False`` to compare their texts as well, which
-guarantees that no two kept nodes reach the threshold (``DistinctRetriever`` does so by default).
+The kept nodes keep their input order. A kept node that absorbed others is returned as a *copy*
+carrying ``dedup_collapsed``; the caller's nodes are never written to, so a retriever that returns
+the same node objects on every query never shows a stale list. A node that already carries
+``dedup_collapsed`` (from ``DistinctRetriever`` or an earlier pass) keeps those entries, and the
+entries of a node folded into it are carried over: a second pass merges citations, never erases them.
+A node with a NaN score is read last (it never absorbs a scored copy of itself).
 
 Options: ``top_n`` keeps at most that many nodes (over-fetch ``similarity_top_k = 3 * top_n`` so that
 ``top_n`` distinct ones remain; ``DistinctRetriever`` fetches more until they do); ``show`` picks the text
-a group shows, its best-scoring member or its cluster's representative; ``merge_overlaps`` joins kept
+a group shows, its first member or its cluster's representative; ``merge_overlaps`` joins kept
 windows of one document that overlap (the chunker's overlap) into one contiguous passage.
 
-Nodes without text (images, empty nodes) pass through untouched and keep their place.
+Nodes without text (images) pass through untouched and keep their place; nodes with empty text pass
+through too, but never take one of the ``top_n`` places.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
-from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text, hide_keys
+from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 
 __all__ = ["DedupPostprocessor"]
 
-_COLLAPSED_ONLY = (DEDUP_COLLAPSED,)
-
-
 def _text_of(node: BaseNode) -> str | None:
-    """:func:`~rag_dedup.llama_index.metadata.dedup_text`, with a short path for a plain ``TextNode``."""
+    """The text the core compares: a ``TextNode``'s text (blank included: it carries no evidence), else
+    :func:`~rag_dedup.llama_index.metadata.dedup_text` (``None`` for images: nothing to compare)."""
     if type(node) is TextNode:
-        text = node.text
-        return None if not text or text.isspace() else text  # `not text.strip()`, without a copy
-    return dedup_text(node)
-
-
-def _score(nws: NodeWithScore) -> float:
-    return -math.inf if nws.score is None else float(nws.score)
+        return node.text
+    text = dedup_text(node)
+    if text is None and isinstance(node, TextNode) and not isinstance(node, ImageNode):
+        return ""  # a TextNode subclass with blank text
+    return text
 
 
 class DedupPostprocessor(BaseNodePostprocessor):
-    """Keep the best-scoring node of each group of duplicates, in score order (see the module docstring).
+    """Keep the first node of each group of duplicates, in input order (see the module docstring).
 
     Args:
         threshold: Jaccard similarity (of word 5-gram shingle sets) at or above which two nodes
-            without a common cluster are duplicates. Defaults to the index's threshold, else 0.8.
+            are duplicates. Defaults to the index's threshold, else 0.8.
         top_n: Keep at most this many nodes (``None``: all distinct ones).
         index: A ``DedupIndex`` to ask for current clusters (``index.matches(node_ids)``). Optional:
             without it, ingest stamps are used, and nodes without stamps are compared by text.
         show: Which text a group shows: ``"best"``, its best-scoring member; ``"representative"``, its
             cluster's representative, if that node was retrieved too or can be read from ``docstore``.
-            Either way the group keeps its best score and its place.
+            Either way the group keeps its first member's score and place.
         merge_overlaps: Join kept nodes of one document whose character ranges overlap into one passage.
-        trust_clusters: Compare two nodes that both have a cluster by cluster alone (fast); ``False``
-            compares their texts too.
+        trust_clusters: Take cluster stamps as proof: two nodes of one cluster fold without a text
+            check, two of different clusters are not compared. ``False`` (default): checked on texts.
+        floor: The least Jaccard similarity at which a node folds into a kept node of its cluster
+            (at most ``threshold``). Defaults to the index's ``drift_floor``, else ``threshold - 0.1``.
         ngram: Words per shingle for text comparison (the index's, when one is given).
         docstore: Where to read a representative that was not retrieved, for ``show="representative"``.
         cache_size: How many texts' shingles to remember between calls (0: none). Results never
@@ -120,7 +114,10 @@ class DedupPostprocessor(BaseNodePostprocessor):
         default=False, description="Join kept windows of one document that overlap into one contiguous passage."
     )
     trust_clusters: bool = Field(
-        default=True, description="Compare two nodes that both have a cluster by cluster alone, not by text."
+        default=False, description="Take cluster stamps as proof (no text check between clustered nodes)."
+    )
+    floor: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Least similarity to fold into a node of one's cluster."
     )
     ngram: int = Field(default=DEFAULT_NGRAM, ge=1, le=64, description="Words per shingle for text comparison.")
 
@@ -139,7 +136,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
         index: DedupIndex | None = None,
         show: Literal["best", "representative"] = "best",
         merge_overlaps: bool = False,
-        trust_clusters: bool = True,
+        trust_clusters: bool = False,
+        floor: float | None = None,
         ngram: int | None = None,
         docstore: BaseDocumentStore | None = None,
         cache_size: int = 4096,
@@ -159,12 +157,14 @@ class DedupPostprocessor(BaseNodePostprocessor):
             show=show,
             merge_overlaps=merge_overlaps,
             trust_clusters=trust_clusters,
+            floor=floor,
             ngram=ngram,
             cache_size=cache_size,
             **kwargs,
         )
         self._index = index
         self._docstore = docstore
+        self._collapser()  # validates floor against threshold
 
     @classmethod
     def class_name(cls) -> str:
@@ -180,6 +180,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
     def _collapser(self) -> Collapser:
         return Collapser(
             self.threshold,
+            floor=self.floor,
             ngram=self.ngram,
             trust_clusters=self.trust_clusters,
             merge_overlaps=self.merge_overlaps,
@@ -193,33 +194,50 @@ class DedupPostprocessor(BaseNodePostprocessor):
         nodes: list[NodeWithScore],
         query_bundle: QueryBundle | None = None,
     ) -> list[NodeWithScore]:
-        kept = self.collapse(nodes)
-        return kept if self.top_n is None else kept[: self.top_n]
+        return self.collapse(nodes, self.top_n)
 
-    def collapse(self, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
-        """All distinct nodes of ``nodes``, best score first, duplicates folded in (``top_n`` not applied)."""
+    def collapse(self, nodes: Sequence[NodeWithScore], top_n: int | None = None) -> list[NodeWithScore]:
+        """The distinct nodes of ``nodes`` in input order, duplicates folded in, the first ``top_n``
+        that carry evidence (``None``: all; a node with blank text takes no place)."""
         if not nodes:
             return []
-        ordered = sorted(nodes, key=_score, reverse=True)  # stable: ties keep the retriever's order
-        spans = self.merge_overlaps
-        passages = [_passage(nws, spans) for nws in ordered]
-        out: list[NodeWithScore] = []
-        for kept in self._collapser().collapse(passages):
-            nws = ordered[kept.position]
-            if passages[kept.position].text is None:
-                out.append(nws)  # nothing to compare: passes through untouched
-                continue
-            folded = [
-                collapsed_entry(ordered[f.position].node, f.score, f.reason, f.similarity) for f in kept.folded
-            ]
-            if kept.text is not None:  # windows joined into one passage
-                node = nws.node.model_copy(
-                    update={"text": kept.text, "start_char_idx": kept.start, "end_char_idx": kept.end}
+        if self.merge_overlaps:
+            passages = [_passage_with_span(nws) for nws in nodes]
+        else:  # _passage_with_span without the span, inlined: this runs for every node of every query
+            passages = []
+            for nws in nodes:
+                node = nws.node
+                cluster = node.metadata.get(DEDUP_CLUSTER)
+                passages.append(
+                    Passage(
+                        node.id_,
+                        node.text if type(node) is TextNode else _text_of(node),
+                        nws.score,
+                        cluster if isinstance(cluster, str) else None,
+                    )
                 )
-                nws = NodeWithScore(node=node, score=kept.score)
-            elif self.show == "representative":
-                nws, folded = self._show_representative(nws, kept, ordered, folded)
-            out.append(_annotate(nws, folded, kept.score))
+        show_representative = self.show == "representative"
+        out: list[NodeWithScore] = []
+        for kept in self._collapser().collapse(passages, top_n):
+            nws = nodes[kept.position]
+            if passages[kept.position].text is None or not (kept.folded or show_representative):
+                out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
+                continue
+            folded = _entries(nws.node)
+            for f in kept.folded:
+                node = nodes[f.position].node
+                folded.append(collapsed_entry(node, f.score, f.reason, f.similarity))
+                folded.extend(_entries(node))
+            update: dict[str, Any] = {}
+            shown = nws
+            if kept.text is not None:  # windows joined into one passage
+                update = {"text": kept.text, "start_char_idx": kept.start, "end_char_idx": kept.end}
+            elif show_representative:
+                shown, folded = self._show_representative(nws, kept, nodes, folded)
+            if shown is nws and not kept.folded:
+                out.append(nws)  # nothing folded in: the caller's node, untouched
+            else:
+                out.append(_annotated(shown, folded, kept.score, update))
         return out
 
     def clear_cache(self) -> None:
@@ -227,7 +245,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
         self._similarity.clear()
 
     def _show_representative(
-        self, shown: NodeWithScore, kept: Kept, ordered: Sequence[NodeWithScore], folded: list[dict[str, Any]]
+        self, shown: NodeWithScore, kept: Kept, nodes: Sequence[NodeWithScore], folded: list[dict[str, Any]]
     ) -> tuple[NodeWithScore, list[dict[str, Any]]]:
         """Show the cluster's representative in place of the kept node, where it can be had."""
         cluster = kept.cluster
@@ -235,7 +253,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
             return shown, folded
         for f in kept.folded:
             if f.key == cluster:
-                rep_node: BaseNode | None = ordered[f.position].node
+                rep_node: BaseNode | None = nodes[f.position].node
                 break
         else:
             rep_node = self._docstore.get_node(cluster, raise_error=False) if self._docstore is not None else None
@@ -246,24 +264,37 @@ class DedupPostprocessor(BaseNodePostprocessor):
         return NodeWithScore(node=rep_node, score=kept.score), folded
 
 
-def _passage(nws: NodeWithScore, spans: bool) -> Passage:
-    """The core's view of a node: its id, text, score and cluster stamp (and its span, for merging)."""
+def _passage_with_span(nws: NodeWithScore) -> Passage:
+    """The core's view of a node: its id, text, score, cluster stamp, and its span, for merging."""
     node = nws.node
     cluster = node.metadata.get(DEDUP_CLUSTER)  # read_cluster, inlined
     cluster = cluster if isinstance(cluster, str) else None
-    if spans and isinstance(node, TextNode):
+    if isinstance(node, TextNode):
         return Passage(
             node.node_id, _text_of(node), nws.score, cluster, node.ref_doc_id, node.start_char_idx, node.end_char_idx
         )
     return Passage(node.node_id, _text_of(node), nws.score, cluster)
 
 
-def _annotate(shown: NodeWithScore, folded: list[dict[str, Any]], score: float | None) -> NodeWithScore:
-    """The shown node, with ``dedup_collapsed`` written on it (in place, as LlamaIndex postprocessors
-    annotate the fresh nodes a retriever returns) and hidden from embed and LLM text."""
+def _entries(node: BaseNode) -> list[dict[str, Any]]:
+    """A copy of the ``dedup_collapsed`` list an earlier pass wrote on ``node`` (empty if none)."""
+    value = node.metadata.get(DEDUP_COLLAPSED)
+    return [dict(e) for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def _annotated(
+    shown: NodeWithScore, folded: list[dict[str, Any]], score: float | None, update: dict[str, Any]
+) -> NodeWithScore:
+    """A copy of ``shown`` whose node (a copy too) carries ``dedup_collapsed`` (hidden from embed and LLM
+    text), with ``update`` applied to the node. Shallow copies through pydantic's ``model_copy``: the
+    node's other fields are shared with the caller's node, and never written to."""
     node = shown.node
-    node.metadata[DEDUP_COLLAPSED] = folded
-    hide_keys(node, _COLLAPSED_ONLY)
-    if shown.score != score:
-        shown = NodeWithScore(node=node, score=score)
-    return shown
+    hidden = {
+        name: [*keys, DEDUP_COLLAPSED] if DEDUP_COLLAPSED not in keys else list(keys)
+        for name, keys in (
+            ("excluded_embed_metadata_keys", node.excluded_embed_metadata_keys),
+            ("excluded_llm_metadata_keys", node.excluded_llm_metadata_keys),
+        )
+    }
+    copy = node.model_copy(update={**update, **hidden, "metadata": {**node.metadata, DEDUP_COLLAPSED: folded}})
+    return shown.model_copy(update={"node": copy, "score": score})

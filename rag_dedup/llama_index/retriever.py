@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import ImageNode, IndexNode, NodeWithScore, QueryBundle, TextNode
 
+from rag_dedup.collapse import is_blank
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 
@@ -41,6 +44,12 @@ def _corpus_size(retriever: BaseRetriever) -> int | None:
         return None
 
 
+def _blank(nws: NodeWithScore) -> bool:
+    """A text node with empty or whitespace text: no evidence (images are evidence)."""
+    node = nws.node
+    return isinstance(node, TextNode) and not isinstance(node, ImageNode) and is_blank(node.text)
+
+
 class DistinctRetriever(BaseRetriever):
     """Wrap ``retriever`` so that it returns ``top_k`` distinct passages (see the module docstring).
 
@@ -50,17 +59,18 @@ class DistinctRetriever(BaseRetriever):
             own result is collapsed once.
         top_k: How many distinct passages to return.
         postprocessor: The collapse rules; its ``top_n`` is ignored. Defaults to
-            ``DedupPostprocessor(threshold=threshold, index=index, trust_clusters=False)``: no two
-            passages returned have Jaccard similarity at or above the threshold, clusters or not.
+            ``DedupPostprocessor(threshold=threshold, index=index)``: no two passages returned have
+            Jaccard similarity at or above the threshold, clusters or not.
         threshold: Passed to the default postprocessor (not with ``postprocessor``).
         index: A ``DedupIndex`` for the default postprocessor (not with ``postprocessor``).
         fetch_factor: The first fetch asks for ``ceil(fetch_factor * top_k)`` nodes (at least ``top_k``).
         max_fetch: Never ask the wrapped retriever for more nodes than this.
+        callback_manager, object_map, objects, verbose: As for every LlamaIndex ``BaseRetriever``.
 
     Raises:
         TypeError: ``retriever`` is not a ``BaseRetriever``, or ``postprocessor`` not a
             ``DedupPostprocessor``.
-        ValueError: ``top_k`` < 1, ``fetch_factor`` < 1, ``max_fetch`` < ``top_k``, or both
+        ValueError: ``top_k`` < 1, ``fetch_factor`` < 1 or not finite, ``max_fetch`` < ``top_k``, or both
             ``postprocessor`` and ``threshold``/``index``.
     """
 
@@ -75,6 +85,8 @@ class DistinctRetriever(BaseRetriever):
         fetch_factor: float = 3.0,
         max_fetch: int = 1000,
         callback_manager: CallbackManager | None = None,
+        object_map: dict[str, Any] | None = None,
+        objects: list[IndexNode] | None = None,
         verbose: bool = False,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
@@ -88,12 +100,14 @@ class DistinctRetriever(BaseRetriever):
             raise ValueError(
                 f"max_fetch ({max_fetch}) must be at least top_k ({top_k}); raise max_fetch or lower top_k"
             )
-        if not isinstance(fetch_factor, (int, float)) or isinstance(fetch_factor, bool) or not fetch_factor >= 1.0:
-            raise ValueError(f"fetch_factor ({fetch_factor!r}) must be a number >= 1; 3 is the usual over-fetch")
+        if (
+            not isinstance(fetch_factor, (int, float))
+            or isinstance(fetch_factor, bool)
+            or not 1.0 <= fetch_factor < math.inf
+        ):
+            raise ValueError(f"fetch_factor ({fetch_factor!r}) must be a finite number >= 1; 3 is the usual over-fetch")
         if postprocessor is None:
-            # Texts are compared even between nodes with clusters: a cluster is split around its
-            # representative, so members of two clusters can still be within the threshold.
-            postprocessor = DedupPostprocessor(threshold=threshold, index=index, trust_clusters=False)
+            postprocessor = DedupPostprocessor(threshold=threshold, index=index)
         elif not isinstance(postprocessor, DedupPostprocessor):
             raise TypeError(f"postprocessor must be a DedupPostprocessor, got {type(postprocessor).__name__}")
         elif threshold is not None or index is not None:
@@ -105,10 +119,11 @@ class DistinctRetriever(BaseRetriever):
         self._postprocessor = postprocessor
         self._sets_top_k = hasattr(retriever, "similarity_top_k")
         self._lock = threading.Lock()
-        self._alock: asyncio.Lock | None = None
+        # One asyncio.Lock per event loop: a lock is bound to the loop it first waits on.
+        self._alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         #: Nodes asked of the wrapped retriever by the last query, one entry per fetch (for inspection).
         self.last_fetches: list[int] = []
-        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        super().__init__(callback_manager=callback_manager, object_map=object_map, objects=objects, verbose=verbose)
 
     @property
     def postprocessor(self) -> DedupPostprocessor:
@@ -135,9 +150,11 @@ class DistinctRetriever(BaseRetriever):
         finally:
             self.retriever.similarity_top_k = previous  # type: ignore[attr-defined]
 
-    def _collapse(self, fetched: list[NodeWithScore], query_bundle: QueryBundle) -> list[NodeWithScore]:
-        # All distinct nodes (the postprocessor's own top_n does not apply); top_k is applied by the caller.
-        return self._postprocessor.collapse(fetched)
+    def _collapse(self, fetched: list[NodeWithScore]) -> tuple[list[NodeWithScore], int]:
+        """The first ``top_k`` distinct nodes (the postprocessor's own ``top_n`` does not apply), and
+        how many of them carry evidence (a node with blank text takes no place)."""
+        distinct = self._postprocessor.collapse(fetched, self.top_k)
+        return distinct, sum(1 for n in distinct if not _blank(n))
 
     def _done(self, k: int, fetched: int, distinct: int) -> bool:
         """Stop when there are enough, the corpus ran out, or fetching deeper is not possible."""
@@ -150,22 +167,28 @@ class DistinctRetriever(BaseRetriever):
             with self._lock, self._top_k_set(k):
                 fetched = self.retriever.retrieve(query_bundle)
             self.last_fetches.append(k)
-            distinct = self._collapse(fetched, query_bundle)
-            if self._done(k, len(fetched), len(distinct)):
-                return distinct[: self.top_k]
+            distinct, count = self._collapse(fetched)
+            if self._done(k, len(fetched), count):
+                return distinct
             k = min(2 * k, self._cap())
 
+    def _alock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lock = self._alocks.get(loop)
+            if lock is None:
+                lock = self._alocks[loop] = asyncio.Lock()
+        return lock
+
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self._alock is None:
-            self._alock = asyncio.Lock()
         self.last_fetches = []
         k = self._first_fetch()
         while True:
-            async with self._alock:
+            async with self._alock():
                 with self._top_k_set(k):
                     fetched = await self.retriever.aretrieve(query_bundle)
             self.last_fetches.append(k)
-            distinct = self._collapse(fetched, query_bundle)
-            if self._done(k, len(fetched), len(distinct)):
-                return distinct[: self.top_k]
+            distinct, count = self._collapse(fetched)
+            if self._done(k, len(fetched), count):
+                return distinct
             k = min(2 * k, self._cap())
