@@ -225,7 +225,7 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
     Args:
         top_k: Keep at most this many documents (None: every distinct one); ``run`` may override it.
         threshold: Jaccard similarity of shingle sets at or above which two documents are duplicates.
-        trust_clusters: Two stamped documents are compared by cluster alone.
+        trust_clusters: Take cluster stamps as proof (faster; by default texts are checked too).
         merge_overlaps: Join kept windows of one source that overlap (uses ``split_idx_start``).
         storage, namespace, index_path: The index to ask for current clusters (see the module docstring).
         source_key: The ``meta`` key naming a document's source (after ``source_id``).
@@ -241,7 +241,7 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         self,
         top_k: int | None = None,
         threshold: float = 0.8,
-        trust_clusters: bool = True,
+        trust_clusters: bool = False,
         merge_overlaps: bool = False,
         storage: str | None = None,
         namespace: str = "rag-dedup",

@@ -90,7 +90,8 @@ class DedupCompressor(BaseDocumentCompressor):
         top_n: Keep at most this many documents (None: all distinct ones).
         threshold: Jaccard similarity of shingle sets at or above which two documents are duplicates
             (default: the index's, else 0.8).
-        trust_clusters: Two documents that both carry a cluster stamp are compared by cluster alone.
+        trust_clusters: Take cluster stamps as proof: two stamped documents are compared by cluster
+            alone (faster; by default their texts are checked too, as :class:`~rag_dedup.collapse.Collapser` does).
         merge_overlaps: Join kept windows of one source that overlap (needs ``start_index``).
         index: A ``DedupIndex`` whose current clusters override the stamps.
         source_key: The metadata key naming a document's source.
@@ -106,7 +107,9 @@ class DedupCompressor(BaseDocumentCompressor):
 
     top_n: int | None = Field(default=None, ge=1, description="Keep at most this many documents.")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0, description="Duplicate threshold (Jaccard).")
-    trust_clusters: bool = Field(default=True, description="Compare two stamped documents by cluster alone.")
+    trust_clusters: bool = Field(
+        default=False, description="Take two documents' cluster stamps as proof (no text check between them)."
+    )
     merge_overlaps: bool = Field(default=False, description="Join overlapping windows of one source.")
     index: DedupIndex | None = Field(default=None, description="An index whose clusters override the stamps.")
     source_key: str = Field(default="source", description="The metadata key naming a document's source.")

@@ -40,8 +40,7 @@ class DistinctRetriever(BaseRetriever):
         top_k: How many distinct documents to return.
         fetch_factor: The first fetch asks for ``ceil(top_k * fetch_factor)`` documents (>= 1, finite).
         max_fetch: The deepest fetch.
-        threshold, trust_clusters, index, source_key: As :class:`DedupCompressor` (texts are compared
-            by default: ``trust_clusters=False``).
+        threshold, trust_clusters, index, source_key: As :class:`DedupCompressor`.
 
     Example:
         >>> from langchain_community.retrievers import BM25Retriever
