@@ -53,7 +53,8 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.utils import get_tokenizer
 
 from rag_dedup import DedupIndex
-from rag_dedup.llama_index.chunking import SentenceChunker, _blocks
+from rag_dedup.chunking.blocks import blocks as _blocks
+from rag_dedup.llama_index.chunking import SentenceChunker
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "corpus"

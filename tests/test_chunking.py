@@ -23,6 +23,8 @@ from nltk.tokenize.punkt import PunktSentenceTokenizer
 from pydantic import ValidationError
 
 from rag_dedup.llama_index import chunking
+from rag_dedup.chunking import blocks as _blocks
+from rag_dedup.chunking import sentences as _sentences
 from rag_dedup.llama_index.chunking import SentenceChunker
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -99,7 +101,7 @@ def test_overlap_repeats_whole_sentences_of_the_same_paragraph_within_budget(cor
     overlaps = 0
     for name in ["licenses/GPL-3.txt", "licenses/MPL-2.0.txt", "copyright/libsisu-plexus-java.txt"]:
         text = corpus[name]
-        units = chunker._units(text, 128)  # sentences, and the pieces of sentences longer than 128
+        units = chunker._chunker().units(text, 128)  # sentences, and the pieces of sentences longer than 128
         unit_starts, unit_ends = set(units.starts), set(units.ends)
         chunks = chunker.chunk_spans(text)
         for (s1, e1), (s2, e2) in pairwise(chunks):
@@ -134,13 +136,13 @@ def test_every_chunk_tokenizes_within_the_budget(corpus: dict[str, str], chunk_s
 
 def test_sentences_equal_nltk_punkt_block_by_block(corpus: dict[str, str]) -> None:
     """The offset-based punkt (with its fast decisions and memo) against nltk's own span_tokenize."""
-    params = chunking._punkt_params("english")
+    params = _sentences.punkt_params("english")
     reference = PunktSentenceTokenizer()
     reference._params = params
-    ours = chunking._Punkt(params)
+    ours = _sentences.Punkt(params)
     blocks = 0
     for text in corpus.values():
-        for start, end, _ in chunking._blocks(text):
+        for start, end, _ in _blocks.blocks(text):
             blocks += 1
             expected = [(s + start, e + start) for s, e in reference.span_tokenize(text[start:end])]
             assert ours.spans(text, start, end) == expected, text[start:end][:80]
@@ -148,7 +150,7 @@ def test_sentences_equal_nltk_punkt_block_by_block(corpus: dict[str, str]) -> No
 
 
 def test_fast_decisions_equal_punkts_on_every_candidate_of_the_corpus(corpus: dict[str, str]) -> None:
-    punkt = chunking._Punkt(chunking._punkt_params("english"))
+    punkt = _sentences.Punkt(_sentences.punkt_params("english"))
     decided = 0
     for text in corpus.values():
         previous = 0
@@ -187,13 +189,13 @@ def test_missing_punkt_model_is_named_and_never_downloaded(monkeypatch: pytest.M
 
     monkeypatch.setattr(nltk, "download", no_download)
     monkeypatch.setattr(nltk.data, "path", [])
-    monkeypatch.setattr(chunking, "_bundled_nltk_dir", lambda: str(tmp_path))
-    chunking._punkt_params.cache_clear()
+    monkeypatch.setattr(_sentences, "bundled_nltk_dir", lambda: str(tmp_path))
+    _sentences.punkt_params.cache_clear()
     try:
         with pytest.raises(LookupError, match=r"tokenizers/punkt_tab/english/.*never downloads"):
             SentenceChunker()
     finally:
-        chunking._punkt_params.cache_clear()
+        _sentences.punkt_params.cache_clear()
 
 
 def test_unknown_language_is_a_lookup_error_naming_the_resource() -> None:
@@ -203,7 +205,7 @@ def test_unknown_language_is_a_lookup_error_naming_the_resource() -> None:
 
 def test_the_bundled_punkt_directory_is_on_the_nltk_path() -> None:
     SentenceChunker()
-    assert chunking._bundled_nltk_dir() in nltk.data.path
+    assert _sentences.bundled_nltk_dir() in nltk.data.path
 
 
 def test_a_megabyte_paragraph_is_not_refused_by_nltks_regex_time_limit() -> None:
@@ -238,7 +240,7 @@ def test_a_megabyte_paragraph_is_not_refused_by_nltks_regex_time_limit() -> None
     ],
 )
 def test_blocks(text: str, blocks: list[tuple[str, bool]]) -> None:
-    assert [(text[s:e], heading) for s, e, heading in chunking._blocks(text)] == blocks
+    assert [(text[s:e], heading) for s, e, heading in _blocks.blocks(text)] == blocks
 
 
 def test_headings_start_chunks_and_carry_no_overlap() -> None:
@@ -345,13 +347,16 @@ def test_boundaries_do_not_depend_on_metadata_unless_asked(corpus: dict[str, str
         assert _tokens(text[s:e]) <= budget
 
 
-def test_metadata_that_leaves_no_room_is_refused_and_little_room_warned() -> None:
+def test_metadata_longer_than_chunk_size_is_refused_and_little_room_warned() -> None:
+    """As SentenceSplitter: metadata longer than chunk_size raises with its message; metadata that
+    leaves under 50 tokens (and less than the overlap) warns, and the overlap shrinks to fit."""
     doc = Document(text="One sentence. Another one.", metadata={"note": "word " * 300})
-    with pytest.raises(ValueError, match=r"metadata takes \d+ of chunk_size \(256\) tokens"):
+    with pytest.raises(ValueError, match=r"Metadata length \(\d+\) is longer than chunk size \(256\)"):
         SentenceChunker(metadata_aware=True).get_nodes_from_documents([doc])
     doc = Document(text="One sentence. Another one.", metadata={"note": "word " * 215})
-    with pytest.warns(UserWarning, match=r"leaving \d+ for text"):
-        SentenceChunker(metadata_aware=True, chunk_overlap=8).get_nodes_from_documents([doc])
+    with pytest.warns(UserWarning, match=r"Resulting chunks are less than 50 tokens"):
+        nodes = SentenceChunker(metadata_aware=True).get_nodes_from_documents([doc])
+    assert [n.text for n in nodes] == ["One sentence. Another one."]
 
 
 # ---------------------------------------------------------------------------- LlamaIndex conventions

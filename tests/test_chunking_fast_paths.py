@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from llama_index.core.schema import TextNode
 from llama_index.core.utils import get_tokenizer
 
-from rag_dedup.llama_index import chunking
+from rag_dedup.chunking import blocks as _blocks
+from rag_dedup.chunking import tokens as _tokens
+from rag_dedup.llama_index import _nodes
 from rag_dedup.llama_index.chunking import SentenceChunker
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -38,22 +40,22 @@ def _reference_blocks(text: str) -> Iterator[tuple[int, int, bool]]:
     line_start = 0
     n = len(text)
     while line_start <= n:
-        m = chunking._NEWLINE.search(text, line_start)
+        m = _blocks.NEWLINE.search(text, line_start)
         line_end = m.start() if m else n
         next_start = m.end() if m else n + 1
-        first = chunking._LEADING_SPACE.match(text, line_start, line_end).end()
+        first = _blocks.LEADING_SPACE.match(text, line_start, line_end).end()
         if first < line_end:
             last = line_end
             while text[last - 1].isspace():
                 last -= 1
-            heading = chunking._HEADING.match(text, line_start, line_end) is not None
-            if heading or chunking._RULE.match(text, first, line_end):
+            heading = _blocks.HEADING.match(text, line_start, line_end) is not None
+            if heading or _blocks.RULE.match(text, first, line_end):
                 if block_start >= 0:
                     yield block_start, block_end, False
                     block_start = -1
                 yield first, last, heading
             else:
-                if block_start >= 0 and chunking._LIST_ITEM.match(text, first, line_end):
+                if block_start >= 0 and _blocks.LIST_ITEM.match(text, first, line_end):
                     yield block_start, block_end, False
                     block_start = -1
                 if block_start < 0:
@@ -70,7 +72,7 @@ def _reference_blocks(text: str) -> Iterator[tuple[int, int, bool]]:
 def test_token_counter_equals_the_default_tokenizer_on_the_corpus_and_on_special_cases(texts: list[str]) -> None:
     """Guards the ordinary-encoder shortcut: a special token or a lone surrogate must not change a count."""
     tokenizer = get_tokenizer()
-    count = chunking._token_counter(tokenizer)
+    count = _tokens.token_counter(tokenizer)
     chunker = SentenceChunker()
     samples = [text[s:e] for text in texts for s, e in chunker.sentence_spans(text)[:40]]
     samples += [
@@ -89,7 +91,7 @@ def test_token_counter_equals_the_default_tokenizer_on_the_corpus_and_on_special
 
 
 def test_token_counter_passes_other_tokenizers_through() -> None:
-    count = chunking._token_counter(str.split)
+    count = _tokens.token_counter(str.split)
     assert count("<|endoftext|> three words") == 3
 
 
@@ -97,7 +99,7 @@ def test_token_counter_passes_other_tokenizers_through() -> None:
 def test_blocks_equal_the_line_by_line_rules_on_the_corpus(texts: list[str], cut: int | None) -> None:
     for text in texts:
         text = text if cut is None else text[:cut]
-        assert list(chunking._blocks(text)) == list(_reference_blocks(text))
+        assert list(_blocks.blocks(text)) == list(_reference_blocks(text))
 
 
 _LINES = st.lists(
@@ -134,12 +136,12 @@ _LINES = st.lists(
 @given(_LINES, st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\u2029", "\n\n"]))
 def test_blocks_equal_the_line_by_line_rules_on_generated_text(lines: list[str], newline: str) -> None:
     text = newline.join(lines)
-    assert list(chunking._blocks(text)) == list(_reference_blocks(text))
+    assert list(_blocks.blocks(text)) == list(_reference_blocks(text))
 
 
 def test_related_node_info_equals_as_related_node_info() -> None:
     node = TextNode(text="Some text.", id_="n1", metadata={"file_name": "a.txt", "page": 3})
-    fast = chunking._related_node_info(node)
+    fast = _nodes.related_node_info(node)
     slow = node.as_related_node_info()
     assert fast == slow
     assert fast.model_fields_set == slow.model_fields_set

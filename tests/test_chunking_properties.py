@@ -17,15 +17,10 @@ from llama_index.core import Document
 from llama_index.core.utils import get_tokenizer
 from nltk.tokenize.punkt import PunktSentenceTokenizer
 
-from rag_dedup.llama_index import chunking
-from rag_dedup.llama_index.chunking import (
-    CONTINUES,
-    STARTS_BLOCK,
-    STARTS_HEADING,
-    SentenceChunker,
-    Units,
-    plan_chunks,
-)
+from rag_dedup.chunking import blocks as _blocks
+from rag_dedup.chunking import sentences as _sentences
+from rag_dedup.chunking import CONTINUES, STARTS_BLOCK, STARTS_HEADING, Units, plan_chunks
+from rag_dedup.llama_index.chunking import SentenceChunker
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 TOKENIZER = get_tokenizer()
@@ -109,8 +104,8 @@ def test_token_and_overlap_budgets_with_an_additive_tokenizer(text: str, chunk_s
 @given(text=documents())
 def test_offset_punkt_equals_nltk_punkt(text: str) -> None:
     reference = PunktSentenceTokenizer()
-    reference._params = chunking._punkt_params("english")
-    ours = chunking._Punkt(reference._params)
+    reference._params = _sentences.punkt_params("english")
+    ours = _sentences.Punkt(reference._params)
     assert ours.spans(text, 0, len(text)) == list(reference.span_tokenize(text))
 
 
@@ -131,7 +126,7 @@ _DECISION_NEXT = st.sampled_from(
     following=_DECISION_NEXT,
 )
 def test_fast_decisions_equal_punkts(word: str, closers: str, mark: str, gap: str, following: str) -> None:
-    punkt = chunking._Punkt(chunking._punkt_params("english"))
+    punkt = _sentences.Punkt(_sentences.punkt_params("english"))
     text = f"{word}{closers}{mark}{gap}{following}"
     position = len(word) + len(closers)
     match = next((m for m in punkt._period.finditer(text) if m.start() == position), None)
@@ -196,7 +191,7 @@ def test_a_copied_paragraph_is_chunked_identically_in_both_hosts(
     assume(len(TOKENIZER(para)) >= 64)  # a third of the body budget: big enough to be chunked alone
     per_host = []
     for host, fraction in zip(hosts, where):
-        blocks = [s for s, _, _ in chunking._blocks(host)] + [len(host)]
+        blocks = [s for s, _, _ in _blocks.blocks(host)] + [len(host)]
         offset = blocks[int(fraction * (len(blocks) - 1))]
         prefix = host[:offset].rstrip() + "\n\n" if host[:offset].strip() else ""
         text = prefix + para + "\n\n" + host[offset:]

@@ -1,0 +1,103 @@
+"""``DistinctRetriever``: any LangChain retriever, refilled until it returns k distinct passages.
+
+Over-fetching and collapsing can still leave fewer than k distinct documents when the corpus repeats
+itself more than expected. This retriever asks the wrapped one for ``ceil(top_k * fetch_factor)``
+documents, collapses them (:func:`~rag_dedup.langchain.compressor.collapse_documents`, comparing
+texts by default, so no two returned documents reach the threshold), and, while fewer than ``top_k``
+distinct ones remain, asks again for twice as many, until the wrapped retriever returns fewer than
+asked (the corpus ran out) or ``max_fetch`` is reached. How many documents the wrapped retriever
+returns is set on a copy of it: ``search_kwargs["k"]`` (vector store retrievers) or its ``k`` field
+(BM25Retriever and most others); a retriever with neither is refused at construction.
+"""
+
+from __future__ import annotations
+
+import math
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field, model_validator
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.langchain.compressor import DedupCompressor, collapse_documents
+
+__all__ = ["DistinctRetriever"]
+
+
+def _sized(retriever: BaseRetriever, k: int) -> BaseRetriever:
+    """A copy of ``retriever`` that returns ``k`` documents."""
+    kwargs = getattr(retriever, "search_kwargs", None)
+    if isinstance(kwargs, dict):
+        return retriever.model_copy(update={"search_kwargs": {**kwargs, "k": k}})
+    return retriever.model_copy(update={"k": k})
+
+
+class DistinctRetriever(BaseRetriever):
+    """Return ``top_k`` distinct documents from ``retriever``, fetching deeper when duplicates eat the top.
+
+    Args:
+        retriever: The retriever to wrap (it is never modified; copies are sized per fetch).
+        top_k: How many distinct documents to return.
+        fetch_factor: The first fetch asks for ``ceil(top_k * fetch_factor)`` documents (>= 1, finite).
+        max_fetch: The deepest fetch.
+        threshold, trust_clusters, index, source_key: As :class:`DedupCompressor`.
+
+    Example:
+        >>> from langchain_community.retrievers import BM25Retriever
+        >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this"
+        >>> docs = [Document(text), Document(text.upper()), Document("Something else entirely, about bees")]
+        >>> [d.page_content[:9] for d in DistinctRetriever(retriever=BM25Retriever.from_documents(docs), top_k=2).invoke("copy")]
+        ['Permissio', 'Something']
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retriever: BaseRetriever
+    top_k: int = Field(default=4, ge=1, description="How many distinct documents to return.")
+    fetch_factor: float = Field(default=3.0, ge=1.0, allow_inf_nan=False, description="First fetch: top_k times this.")
+    max_fetch: int = Field(default=1000, ge=1, description="The deepest fetch.")
+    threshold: float | None = Field(default=None, gt=0.0, le=1.0, description="Duplicate threshold (Jaccard).")
+    trust_clusters: bool = Field(default=False, description="Compare two stamped documents by cluster alone.")
+    index: DedupIndex | None = Field(default=None, description="An index whose clusters override the stamps.")
+    source_key: str = Field(default="source", description="The metadata key naming a document's source.")
+
+    @model_validator(mode="after")
+    def _check_retriever(self) -> DistinctRetriever:
+        has_k = isinstance(getattr(self.retriever, "search_kwargs", None), dict) or "k" in type(self.retriever).model_fields
+        if not has_k:
+            raise ValueError(
+                f"DistinctRetriever cannot set how many documents a {type(self.retriever).__name__} returns: "
+                "it has neither search_kwargs nor a k field"
+            )
+        return self
+
+    def _compressor(self) -> DedupCompressor:
+        return DedupCompressor(
+            top_n=self.top_k, threshold=self.threshold, trust_clusters=self.trust_clusters, index=self.index,
+            source_key=self.source_key,
+        )
+
+    def _first_fetch(self) -> int:
+        return min(self.max_fetch, max(self.top_k, math.ceil(self.top_k * self.fetch_factor)))
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        collapser = self._compressor().collapser()
+        k = self._first_fetch()
+        while True:
+            fetched = _sized(self.retriever, k).invoke(query, config={"callbacks": run_manager.get_child()})
+            kept = collapse_documents(collapser, fetched, self.top_k, self.source_key)
+            if len(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
+                return kept
+            k = min(self.max_fetch, 2 * k)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        collapser = self._compressor().collapser()
+        k = self._first_fetch()
+        while True:
+            fetched = await _sized(self.retriever, k).ainvoke(query, config={"callbacks": run_manager.get_child()})
+            kept = collapse_documents(collapser, fetched, self.top_k, self.source_key)
+            if len(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
+                return kept
+            k = min(self.max_fetch, 2 * k)

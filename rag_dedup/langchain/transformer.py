@@ -1,0 +1,133 @@
+"""``DedupDocumentTransformer``: LangChain documents into a ``DedupIndex``, stamped, tagged or dropped.
+
+Place it between a loader/splitter and a vector store, or before LangChain's indexing API::
+
+    dedup = DedupDocumentTransformer(mode="drop")
+    index(dedup.transform_documents(docs), record_manager, vector_store, cleanup="incremental",
+          source_id_key="source")
+
+Each document with text is added to the index under its key (``Document.id``, else a digest of its
+text and metadata) with ``metadata[source_key]`` as its source, and comes back as a *new* ``Document``
+(the input is never modified) whose ``id`` is that key and whose metadata carries ``dedup_cluster`` and
+``dedup_duplicate_of``
+(:mod:`rag_dedup.stamps`). In drop mode each passage passes once (:mod:`rag_dedup.ingest`); dropped
+documents stay in the index, so ``transformer.index.resolve(key)`` still names their representative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.documents import BaseDocumentTransformer, Document
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.ingest import Ingestor, Mode, Verdict
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
+
+__all__ = ["DedupDocumentTransformer", "document_key"]
+
+
+def document_key(doc: Document) -> str:
+    """The index key of a LangChain document: its ``id``, else ``sha256:`` of its text and metadata.
+
+    The digest is deterministic, so the same document transformed twice has the same key (and re-adding
+    it is a no-op).
+    """
+    if doc.id:
+        return str(doc.id)
+    meta = json.dumps(doc.metadata, sort_keys=True, default=repr, ensure_ascii=False)
+    payload = f"{doc.page_content}\x00{meta}".encode("utf-8", "surrogatepass")
+    return "sha256:" + hashlib.sha256(payload).hexdigest()
+
+
+class DedupDocumentTransformer(BaseDocumentTransformer):
+    """Index documents and stamp them with their cluster; in drop mode pass each passage on once.
+
+    Args:
+        index: The ``DedupIndex`` (in memory, or shared through Redis). Default: a new in-memory index.
+        threshold: Jaccard similarity of shingle sets at and above which two documents are duplicates,
+            for a new index (giving both ``index`` and another threshold is an error).
+        mode: ``"tag"`` returns every document stamped; ``"drop"`` each passage once.
+        source_key: The metadata key that names a document's source (LangChain loaders write ``source``).
+
+    Example:
+        >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
+        >>> docs = [Document(text, metadata={"source": "a"}), Document(text, metadata={"source": "b"})]
+        >>> out = DedupDocumentTransformer(mode="drop").transform_documents(docs)
+        >>> len(out), out[0].metadata["dedup_duplicate_of"]
+        (1, None)
+    """
+
+    def __init__(
+        self,
+        index: DedupIndex | None = None,
+        *,
+        threshold: float | None = None,
+        mode: Mode = "tag",
+        source_key: str = "source",
+    ) -> None:
+        if index is None:
+            index = DedupIndex() if threshold is None else DedupIndex(threshold=threshold)
+        elif threshold is not None and threshold != index.threshold:
+            raise ValueError(f"threshold ({threshold}) contradicts the index's threshold ({index.threshold})")
+        if not isinstance(source_key, str):
+            raise TypeError(f"source_key must be str, got {type(source_key).__name__}")
+        self._ingestor: Ingestor[Document] = Ingestor(index, mode)
+        self.source_key = source_key
+
+    @property
+    def index(self) -> DedupIndex:
+        """The index the documents go into."""
+        return self._ingestor.index
+
+    @property
+    def mode(self) -> Mode:
+        return self._ingestor.mode
+
+    def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
+        """Index ``documents`` and return stamped copies (in drop mode, of each passage once), in input order.
+
+        In drop mode, earlier dropped documents that this call promoted (their passage lost the copy the
+        store held, see :mod:`rag_dedup.ingest`) follow, stamped.
+
+        Raises:
+            TypeError: An item is not a LangChain ``Document``.
+            ValueError: As :meth:`DedupIndex.add_many` (a key already indexed with another text), naming it.
+        """
+        items = []
+        for i, doc in enumerate(documents):
+            if not isinstance(doc, Document):
+                raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a langchain_core Document")
+            text = doc.page_content if isinstance(doc.page_content, str) else None
+            source = doc.metadata.get(self.source_key)
+            items.append((document_key(doc), text, source if isinstance(source, str) else None, doc))
+        return [_stamped(v) for v in self._ingestor.run(items).passed()]
+
+    def delete(self, keys: Sequence[str]) -> list[Document]:
+        """Remove documents (by key, see :func:`document_key`) that left the store; return those promoted.
+
+        In drop mode, a removed document may have been the only copy of a passage that the store
+        held: another copy dropped earlier is then returned, stamped, for the caller to add.
+        """
+        return [_stamped(v) for v in self._ingestor.remove(keys)]
+
+    async def atransform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
+        """As :meth:`transform_documents`, in the default executor (the index may do Redis I/O)."""
+        from langchain_core.runnables.config import run_in_executor
+
+        return await run_in_executor(None, self.transform_documents, documents, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"DedupDocumentTransformer(index={self.index!r}, mode={self.mode!r}, source_key={self.source_key!r})"
+
+
+def _stamped(verdict: Verdict[Document]) -> Document:
+    """A copy of the verdict's document carrying its ingest stamps (the document itself is not changed)."""
+    doc = verdict.payload
+    if verdict.cluster is None:
+        return doc.model_copy(deep=True)
+    metadata = {**doc.metadata, DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
+    return doc.model_copy(update={"metadata": metadata, "id": verdict.key})

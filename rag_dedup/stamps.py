@@ -1,0 +1,39 @@
+"""The metadata keys rag-dedup writes on a framework's documents or nodes: their names, in one place.
+
+========================  ==============  ==============================================================
+key                       written at      value
+========================  ==============  ==============================================================
+``dedup_cluster``         ingest          the cluster id: the key of the cluster's representative
+``dedup_duplicate_of``    ingest          the representative's key, or ``None`` on the representative
+``dedup_collapsed``       query time      the passages folded into this one: a list of dicts
+========================  ==============  ==============================================================
+
+The two ingest stamps are flat (``str`` or ``None``), as vector stores require of metadata. Every
+adapter (LlamaIndex nodes, LangChain ``Document.metadata``, Haystack ``Document.meta``) uses these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS", "folded_entry"]
+
+#: The cluster an item belonged to when it was ingested: its representative's key.
+DEDUP_CLUSTER = "dedup_cluster"
+#: The representative's key if the item is a duplicate, ``None`` if it is the representative.
+DEDUP_DUPLICATE_OF = "dedup_duplicate_of"
+#: On a passage kept at query time: the passages folded into it.
+DEDUP_COLLAPSED = "dedup_collapsed"
+
+#: The keys written at ingest time.
+STAMP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF)
+#: Every key rag-dedup writes.
+DEDUP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, DEDUP_COLLAPSED)
+
+
+def folded_entry(
+    key: str, source: str | None, score: float | None, reason: str, similarity: float | None
+) -> dict[str, Any]:
+    """One ``dedup_collapsed`` entry in LangChain and Haystack metadata: which passage was folded, from
+    which source, with what score, and why (LlamaIndex nodes keep their ``node_id``/``ref_doc_id`` names)."""
+    return {"id": key, "source": source, "score": score, "reason": reason, "similarity": similarity}

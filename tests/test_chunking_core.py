@@ -1,0 +1,132 @@
+"""The framework-free chunking core (rag_dedup.chunking): its API, as other adapters will use it.
+
+The algorithm's behaviour on real text is tested through SentenceChunker in test_chunking.py; here:
+the core imports no framework, gives the same spans as the LlamaIndex wrapper with the same
+tokenizer, reports each chunk's overlap, validates its settings, pickles, and bounds its memos.
+"""
+
+from __future__ import annotations
+
+import doctest
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from llama_index.core.utils import get_tokenizer
+
+import rag_dedup.chunking.chunker
+import rag_dedup.chunking.memo
+from rag_dedup.chunking import Chunk, Chunker, TokenCounts
+from rag_dedup.chunking.memo import BoundedMemo
+from rag_dedup.llama_index.chunking import SentenceChunker
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+TOKENIZER = get_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return [p.read_text(encoding="utf-8") for p in sorted(CORPUS.rglob("*.txt"))[:12]]
+
+
+def test_the_core_imports_no_framework() -> None:
+    code = (
+        "import sys, rag_dedup.chunking as c\n"
+        "c.Chunker(str.split).chunk_spans('One. Two.')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'llama_index', 'langchain_core', 'haystack', 'pydantic'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_core_gives_the_wrappers_spans_and_says_where_each_overlap_ends(texts: list[str]) -> None:
+    core = Chunker(TOKENIZER, chunk_size=128, chunk_overlap=32)
+    wrapper = SentenceChunker(chunk_size=128, chunk_overlap=32)
+    overlaps = 0
+    for text in texts:
+        chunks = core.chunks(text)
+        assert [(c.start, c.end) for c in chunks] == wrapper.chunk_spans(text) == core.chunk_spans(text)
+        previous: Chunk | None = None
+        for chunk in chunks:
+            assert chunk.start <= chunk.body_start < chunk.end
+            assert len(TOKENIZER(text[chunk.start : chunk.end])) <= 128 or chunk.body_start == chunk.start
+            if previous is not None:
+                assert chunk.body_start == previous.end or text[previous.end : chunk.body_start].isspace()
+                assert chunk.start >= previous.body_start  # the overlap is taken from the previous body
+                overlaps += chunk.start < chunk.body_start
+            previous = chunk
+    assert overlaps > 50
+
+
+def test_any_tokenizer_callable_works_and_counts_drive_the_budget(texts: list[str]) -> None:
+    words = Chunker(str.split, chunk_size=40, chunk_overlap=10)
+    for text in texts[:4]:
+        for s, e in words.chunk_spans(text):
+            piece = text[s:e]
+            assert len(piece.split()) <= 40 or len(words.sentence_spans(piece)) == 1
+
+
+def test_reserved_tokens_shrink_the_budget_like_sentence_splitter(texts: list[str]) -> None:
+    chunker = Chunker(TOKENIZER, chunk_size=128, chunk_overlap=32)
+    for s, e in chunker.chunk_spans(texts[0], reserved_tokens=60):
+        assert len(TOKENIZER(texts[0][s:e])) <= 68
+    with pytest.raises(ValueError, match=r"Metadata length \(128\) is longer than chunk size \(128\)"):
+        chunker.chunk_spans(texts[0], reserved_tokens=128)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        pytest.param({"chunk_size": 4}, ValueError, r"chunk_size \(4\) must be at least 8", id="size-small"),
+        pytest.param({"chunk_overlap": 256}, ValueError, r"chunk_overlap \(256\) .* smaller than chunk_size \(256\)", id="overlap"),
+        pytest.param({"chunk_size": 12.5}, TypeError, r"chunk_size must be an int, got float", id="size-type"),
+        pytest.param({"mean_body_size": 0}, ValueError, r"mean_body_size \(0\)", id="mean"),
+        pytest.param({"language": "../etc"}, ValueError, r"language \('../etc'\)", id="language"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        Chunker(TOKENIZER, **kwargs)
+
+
+def test_bad_input_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="tokenizer must be callable"):
+        Chunker(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="text must be str, got bytes"):
+        Chunker(str.split).chunks(b"bytes")  # type: ignore[arg-type]
+
+
+def test_pickles_as_its_settings_and_tokenizer(texts: list[str]) -> None:
+    chunker = Chunker(str.split, chunk_size=64, chunk_overlap=16, mean_body_size=20)
+    clone = pickle.loads(pickle.dumps(chunker))
+    assert repr(clone) == repr(chunker)
+    assert clone.chunks(texts[1]) == chunker.chunks(texts[1])
+
+
+def test_a_shared_token_counter_gives_the_same_chunks(texts: list[str]) -> None:
+    counts = TokenCounts(TOKENIZER)
+    a = Chunker(counts, chunk_size=96, chunk_overlap=16)
+    b = Chunker(counts, chunk_size=200, chunk_overlap=40)
+    assert a.counts is b.counts
+    assert a.chunks(texts[2]) == Chunker(TOKENIZER, chunk_size=96, chunk_overlap=16).chunks(texts[2])
+    assert b.chunks(texts[2]) == Chunker(TOKENIZER, chunk_size=200, chunk_overlap=40).chunks(texts[2])
+
+
+def test_the_memo_stays_bounded_and_skips_long_keys() -> None:
+    memo: BoundedMemo[str, int] = BoundedMemo(limit=100, max_key=8)
+    for i in range(1000):
+        memo.put(f"k{i}", i, len(f"k{i}"))
+        assert len(memo) <= 100
+    memo.put("x" * 9, 1, 9)
+    assert "x" * 9 not in memo
+    with pytest.raises(ValueError, match="limit >= 1"):
+        BoundedMemo(limit=0)
+
+
+def test_the_docstring_examples_run() -> None:
+    for module in (rag_dedup.chunking.chunker, rag_dedup.chunking.memo):
+        result = doctest.testmod(module)
+        assert result.attempted >= 1 and result.failed == 0

@@ -1,0 +1,226 @@
+"""The Haystack adapter in Haystack's real Pipeline: InMemoryDocumentStore, DocumentWriter,
+InMemoryBM25Retriever; serialisation through YAML; run_async; warm_up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # no telemetry calls from the test machine
+
+pytest.importorskip("haystack", reason='the Haystack adapter needs pip install "rag-dedup[haystack]"')
+
+from adapter_corpus import paragraphs
+from haystack import Document, Pipeline
+from haystack.components.writers import DocumentWriter
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.haystack import DocumentDeduplicator
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
+
+
+def corpus_documents() -> list[Document]:
+    return [Document(content=t, meta={"file_path": s, "key": k}) for k, t, s in paragraphs()]
+
+
+def ingest_pipeline(dedup: DocumentDeduplicator, store: InMemoryDocumentStore) -> Pipeline:
+    pipeline = Pipeline()
+    pipeline.add_component("dedup", dedup)
+    pipeline.add_component("writer", DocumentWriter(document_store=store))
+    pipeline.connect("dedup.documents", "writer.documents")
+    return pipeline
+
+
+def test_tag_mode_in_a_pipeline_writes_every_document_stamped_as_the_index_does() -> None:
+    docs = corpus_documents()
+    store = InMemoryDocumentStore()
+    result = ingest_pipeline(DocumentDeduplicator(), store).run({"dedup": {"documents": docs}})
+    assert result["writer"]["documents_written"] == len(docs)
+    reference = DedupIndex().add_many([{"key": d.id, "text": d.content, "source": d.meta["file_path"]} for d in docs])
+    written = {d.id: d for d in store.filter_documents()}
+    assert [(written[m.key].meta[DEDUP_CLUSTER], written[m.key].meta[DEDUP_DUPLICATE_OF]) for m in reference] == [
+        (m.cluster_id, m.duplicate_of) for m in reference
+    ]
+    assert all(DEDUP_CLUSTER not in d.meta for d in docs), "the caller's documents were modified"
+
+
+def test_drop_mode_writes_one_copy_of_each_passage() -> None:
+    docs = corpus_documents()
+    store = InMemoryDocumentStore()
+    dedup = DocumentDeduplicator(mode="drop")
+    ingest_pipeline(dedup, store).run({"dedup": {"documents": docs}})
+    clusters = [d.meta[DEDUP_CLUSTER] for d in store.filter_documents()]
+    assert len(clusters) == len(set(clusters)) < len(docs)
+    assert len(dedup.index) == len(docs)
+
+
+def test_pipeline_round_trips_through_yaml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dedup = DocumentDeduplicator(threshold=0.85, mode="drop", index_path=str(tmp_path / "idx"), source_key="src")
+    pipeline = ingest_pipeline(dedup, InMemoryDocumentStore())
+    # Haystack loads only allowlisted modules: name ours, as a user does.
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["rag_dedup.haystack"])
+    again = loaded.get_component("dedup")
+    assert isinstance(again, DocumentDeduplicator)
+    assert again.to_dict() == dedup.to_dict()
+    assert (again.threshold, again.mode, again.index_path, again.source_key) == (0.85, "drop", str(tmp_path / "idx"), "src")
+
+
+def test_index_opens_in_warm_up_and_save_reloads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "idx")
+    docs = corpus_documents()[:120]
+    dedup = DocumentDeduplicator(index_path=path)
+    assert dedup._ingestor is None  # nothing heavy in __init__
+    dedup.run(docs)
+    dedup.save()
+    later = DocumentDeduplicator(index_path=path)
+    later.warm_up()
+    assert len(later.index) == len(docs)
+    assert later.index.resolve(docs[0].id) == dedup.index.resolve(docs[0].id)
+
+
+def test_run_async_matches_run() -> None:
+    docs = corpus_documents()[:150]
+    sync = DocumentDeduplicator().run(docs)["documents"]
+    result = asyncio.run(DocumentDeduplicator().run_async(docs))["documents"]
+    assert [d.meta for d in result] == [d.meta for d in sync]
+
+
+def test_empty_input_and_documents_without_text() -> None:
+    dedup = DocumentDeduplicator()
+    assert dedup.run([]) == {"documents": []}
+    out = dedup.run([Document(content=None, meta={"a": 1}), Document(content="   ")])["documents"]
+    assert [d.meta for d in out] == [{"a": 1}, {}]
+    assert len(dedup.index) == 0
+
+
+def test_deleting_the_written_copy_promotes_a_dropped_one() -> None:
+    (_, text, _), *_ = paragraphs()
+    dedup = DocumentDeduplicator(mode="drop")
+    first, second = Document(content=text, meta={"file_path": "a"}), Document(content=text.upper(), meta={"file_path": "b"})
+    assert [d.id for d in dedup.run([first, second])["documents"]] == [first.id]
+    promoted = dedup.delete([first.id])["documents"]
+    assert [(d.id, d.meta[DEDUP_DUPLICATE_OF]) for d in promoted] == [(second.id, None)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"threshold": 0}, "threshold", id="threshold"),
+        pytest.param({"mode": "keep"}, "mode", id="mode"),
+        pytest.param({"storage": "redis://localhost/0", "index_path": "x"}, "not both", id="two-indexes"),
+    ],
+)
+def test_bad_parameters_fail_at_construction(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DocumentDeduplicator(**kwargs)
+
+
+def test_missing_extra_names_the_pip_command() -> None:
+    code = (
+        "import sys; sys.modules['haystack'] = None\n"
+        "try:\n    import rag_dedup.haystack\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 'pip install "rag-dedup[haystack]"' in out
+
+
+# --- query time and chunking --------------------------------------------------------------------
+from adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
+from corpus import documents as corpus_files  # noqa: E402
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
+
+from rag_dedup.haystack import DuplicateCollapser, SentenceChunker  # noqa: E402
+from rag_dedup.stamps import DEDUP_COLLAPSED  # noqa: E402
+
+
+def file_documents() -> list[Document]:
+    return [Document(content=text, meta={"file_path": path}) for path, text in corpus_files().items()]
+
+
+@pytest.fixture(scope="module")
+def store() -> InMemoryDocumentStore:
+    """The corpus through SentenceChunker -> DocumentDeduplicator (tag) -> DocumentWriter."""
+    store = InMemoryDocumentStore()
+    pipeline = Pipeline()
+    pipeline.add_component("chunker", SentenceChunker())
+    pipeline.add_component("dedup", DocumentDeduplicator())
+    pipeline.add_component("writer", DocumentWriter(document_store=store))
+    pipeline.connect("chunker.documents", "dedup.documents")
+    pipeline.connect("dedup.documents", "writer.documents")
+    pipeline.run({"chunker": {"documents": file_documents()}})
+    return store
+
+
+def query_pipeline(store: InMemoryDocumentStore, collapse: bool) -> Pipeline:
+    pipeline = Pipeline()
+    pipeline.add_component("retriever", InMemoryBM25Retriever(document_store=store, top_k=30 if collapse else 10))
+    if collapse:
+        pipeline.add_component("collapse", DuplicateCollapser(top_k=10))
+        pipeline.connect("retriever.documents", "collapse.documents")
+    return pipeline
+
+
+def test_chunker_meta_follows_document_splitter_and_offsets_are_exact() -> None:
+    from llama_index.core import Document as LlamaDocument
+
+    from rag_dedup.llama_index.chunking import SentenceChunker as LlamaChunker
+
+    doc = max(file_documents(), key=lambda d: len(d.content or ""))
+    chunks = SentenceChunker().run([doc])["documents"]
+    assert [c.meta["split_id"] for c in chunks] == list(range(len(chunks)))
+    assert all(c.meta["source_id"] == doc.id and c.meta["file_path"] == doc.meta["file_path"] for c in chunks)
+    text = doc.content or ""
+    assert all(text[c.meta["split_idx_start"] :].startswith(c.content or "") for c in chunks)
+    nodes = LlamaChunker().get_nodes_from_documents([LlamaDocument(text=text)])
+    assert [c.content for c in chunks] == [n.text for n in nodes]  # one engine, one cut plan
+    overlaps = [o for c in chunks for o in c.meta["_split_overlap"]]
+    ids = {c.id: c for c in chunks}
+    for c in chunks:
+        for o in c.meta["_split_overlap"]:
+            lo, hi = o["range"]
+            assert (ids[o["doc_id"]].content or "")[lo:hi] in (c.content or "")
+    assert overlaps
+
+
+def test_chunker_refuses_a_document_without_text() -> None:
+    with pytest.raises(ValueError, match="content of document"):
+        SentenceChunker().run([Document(content=None)])
+
+
+def test_collapser_after_bm25_keeps_no_duplicates_and_keeps_citations(store: InMemoryDocumentStore) -> None:
+    collapsed, plain = query_pipeline(store, True), query_pipeline(store, False)
+    ratios, ratios_plain = [], []
+    for query in QUERIES:
+        out = collapsed.run({"retriever": {"query": query}})["collapse"]["documents"]
+        assert len(out) <= 10
+        texts = [d.content or "" for d in out]
+        assert max_pair_similarity(texts) < 0.8, query
+        assert all(e["id"] and e["reason"] for d in out for e in d.meta.get(DEDUP_COLLAPSED, []))
+        scores = [d.score for d in out]
+        assert scores == sorted(scores, reverse=True), "input order (best first) was not kept"
+        ratios.append(distinct_ratio(texts, len(texts)))
+        ratios_plain.append(distinct_ratio([d.content or "" for d in plain.run({"retriever": {"query": query}})["retriever"]["documents"]], 10))
+    assert min(ratios) == 1.0 and sum(ratios_plain) < len(ratios_plain)
+
+
+def test_collapser_run_async_and_top_k_override(store: InMemoryDocumentStore) -> None:
+    fetched = InMemoryBM25Retriever(document_store=store, top_k=30).run(query=QUERIES[0])["documents"]
+    collapser = DuplicateCollapser(top_k=10)
+    sync = collapser.run(fetched, top_k=3)["documents"]
+    result = asyncio.run(collapser.run_async(fetched, top_k=3))["documents"]
+    assert len(sync) == 3 and [d.id for d in result] == [d.id for d in sync]
+    assert all(DEDUP_COLLAPSED not in d.meta for d in fetched), "the retriever's documents were modified"
+
+
+def test_query_pipeline_round_trips_through_yaml(store: InMemoryDocumentStore) -> None:
+    pipeline = Pipeline()
+    pipeline.add_component("chunker", SentenceChunker(chunk_size=128, chunk_overlap=16))
+    pipeline.add_component("collapse", DuplicateCollapser(top_k=5, threshold=0.9, merge_overlaps=True))
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["rag_dedup.haystack"])
+    for name in ("chunker", "collapse"):
+        assert loaded.get_component(name).to_dict() == pipeline.get_component(name).to_dict()

@@ -1,0 +1,90 @@
+"""The framework-free ingest decision (rag_dedup.ingest) on real paragraphs: stamps, tag, drop, re-runs."""
+
+from __future__ import annotations
+
+import pytest
+from adapter_corpus import paragraphs
+
+from rag_dedup.index import DedupIndex
+from rag_dedup.ingest import Ingestor
+
+
+def test_stamps_are_the_index_matches_after_the_batch() -> None:
+    items = [(k, t, s, None) for k, t, s in paragraphs()]
+    verdicts = Ingestor(DedupIndex(), "tag").run(items).verdicts
+    reference = DedupIndex().add_many([{"key": k, "text": t, "source": s} for k, t, s, _ in items])
+    assert [(v.key, v.cluster, v.duplicate_of) for v in verdicts] == [
+        (m.key, m.cluster_id, m.duplicate_of) for m in reference
+    ]
+    assert all(v.passed for v in verdicts)
+    assert sum(v.duplicate_of is not None for v in verdicts) > 50  # the corpus repeats its licences
+
+
+def test_drop_mode_passes_each_passage_once_across_calls_and_promotes() -> None:
+    """Documents arriving a few at a time: at the moment an item passes, no passed item shares its
+    cluster; at the end every cluster holds a passed item (promotions filled those a split left empty)."""
+    items = [(k, t, s, k) for k, t, s in paragraphs()]
+    ingestor: Ingestor[str] = Ingestor(DedupIndex(), "drop")
+    index = ingestor.index
+    passed: list[str] = []
+    for start in range(0, len(items), 37):
+        decision = ingestor.run(items[start : start + 37])
+        now = [v.key for v in decision.passed()]
+        clusters_now = [index.match(k).cluster_id for k in now]
+        assert len(clusters_now) == len(set(clusters_now)), "two copies of one passage passed in one call"
+        assert not set(clusters_now) & {index.match(k).cluster_id for k in passed}, "a passage passed twice"
+        passed += now
+    assert {index.match(k).cluster_id for k in passed} == {index.match(k).cluster_id for k, *_ in items}
+    assert len(passed) < len(items)
+    assert len(index) == len(items)  # nothing is lost: dropped items stay indexed
+
+
+def test_removing_the_passed_copy_promotes_a_dropped_one() -> None:
+    (key, text, source), *_ = paragraphs()
+    ingestor: Ingestor[str] = Ingestor(DedupIndex(), "drop")
+    decision = ingestor.run([("a", text, "x", "payload a"), ("b", text.upper(), "y", "payload b")])
+    assert [v.key for v in decision.passed()] == ["a"]
+    promoted = ingestor.remove(["a"])
+    assert [(v.key, v.payload, v.duplicate_of) for v in promoted] == [("b", "payload b", None)]
+    assert "a" not in ingestor.index and "b" in ingestor.index
+
+
+def test_drop_mode_rerun_gives_the_same_output() -> None:
+    items = [(k, t, s, None) for k, t, s in paragraphs()][:300]
+    ingestor: Ingestor[None] = Ingestor(DedupIndex(), "drop")
+    first = [v.key for v in ingestor.run(items).passed()]
+    again = [v.key for v in ingestor.run(items).passed()]
+    assert again == first
+    assert len(first) < len(items)
+
+
+def test_empty_texts_pass_untouched_and_repeated_keys_follow_the_first() -> None:
+    (key, text, source), *_ = paragraphs()
+    ingestor = Ingestor(DedupIndex(), "drop")
+    verdicts = ingestor.run(
+        [(key, text, source, 1), ("blank", "  \n", None, 2), ("none", None, None, 3), (key, text, source, 4)]
+    ).verdicts
+    assert [(v.key, v.passed, v.cluster) for v in verdicts] == [
+        (key, True, key),
+        ("blank", True, None),
+        ("none", True, None),
+        (key, False, key),
+    ]
+    assert "blank" not in ingestor.index and "none" not in ingestor.index
+
+
+def test_a_key_twice_with_two_texts_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"items\[1\]: key 'k' appears twice"):
+        Ingestor(DedupIndex()).run([("k", "one text here", None, 1), ("k", "another text", None, 2)])
+
+
+@pytest.mark.parametrize(
+    ("index", "mode", "error"),
+    [
+        pytest.param(object(), "tag", TypeError, id="not-an-index"),
+        pytest.param(DedupIndex(), "keep", ValueError, id="bad-mode"),
+    ],
+)
+def test_bad_arguments(index: object, mode: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Ingestor(index, mode)  # type: ignore[arg-type]
