@@ -23,6 +23,7 @@ from rag_dedup.errors import (
     RedisConfigurationError,
     RedisUnavailable,
     SharedIndexRequired,
+    TransformStateError,
 )
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.lsh import candidate_probability, choose_bands, knee
@@ -63,6 +64,7 @@ __all__ = [
     "SentenceChunker",
     "SharedIndexRequired",
     "Storage",
+    "TransformStateError",
     "candidate_probability",
     "canonical",
     "choose_bands",

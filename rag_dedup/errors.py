@@ -8,8 +8,9 @@ still works where it did::
      ├── InvalidTextError (ValueError)     a key, source or text is not valid Unicode (a lone surrogate)
      ├── IndexMismatchError (ValueError)   a stored index has other parameters, or another format
      ├── CorruptIndexError (ValueError)    a saved file or a stored value is damaged; names the file or key
-     │    └── NamespaceLost                a Redis namespace lost its parameters or counters (eviction,
-     │                                     a restart without persistence, a flush)
+     │    ├── NamespaceLost                a Redis namespace lost its parameters or counters (eviction,
+     │    │                                a restart without persistence, a flush)
+     │    └── TransformStateError          a saved DedupTransform state file is damaged, foreign or newer
      ├── SharedIndexRequired (RuntimeError)  a process-local index was about to be copied to a worker
      ├── RedisConfigurationError           the server may evict keys (maxmemory-policy is not noeviction)
      ├── RedisUnavailable (ConnectionError)  the server cannot be reached, or the connection dropped
@@ -34,6 +35,7 @@ __all__ = [
     "RedisConfigurationError",
     "RedisUnavailable",
     "SharedIndexRequired",
+    "TransformStateError",
 ]
 
 
@@ -67,6 +69,10 @@ class NamespaceLost(CorruptIndexError):
     Keys were evicted (``maxmemory-policy`` other than ``noeviction``), the server restarted without
     persistence, or someone flushed the database. Nothing of the failing batch was written.
     """
+
+
+class TransformStateError(CorruptIndexError):
+    """A saved DedupTransform state file (``dedup_transform.json``) is damaged, foreign or from a newer format."""
 
 
 class SharedIndexRequired(RagDedupError, RuntimeError):

@@ -1,4 +1,5 @@
-"""The metadata rag-dedup writes on LlamaIndex nodes: the key names, in one place, and the helpers that write them.
+"""The metadata rag-dedup writes on LlamaIndex nodes, and the helpers that write them (the key names
+are :mod:`rag_dedup.stamps`'s, shared by every framework adapter).
 
 Three keys, all excluded from the text a node shows its embedding model and its LLM
 (``excluded_embed_metadata_keys`` and ``excluded_llm_metadata_keys``), so a stamp changes neither an
@@ -34,6 +35,8 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, ImageNode, Node, TextNode
 
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, DEDUP_KEYS, STAMP_KEYS
+
 __all__ = [
     "DEDUP_CLUSTER",
     "DEDUP_COLLAPSED",
@@ -48,17 +51,6 @@ __all__ = [
     "stamp_node",
 ]
 
-#: The cluster a node belonged to when it was ingested: its representative's key (node id).
-DEDUP_CLUSTER = "dedup_cluster"
-#: The representative's key if the node is a duplicate, ``None`` if it is the representative.
-DEDUP_DUPLICATE_OF = "dedup_duplicate_of"
-#: On a node kept by the postprocessor: the nodes folded into it (ids, documents, scores, reasons).
-DEDUP_COLLAPSED = "dedup_collapsed"
-
-#: The keys written at ingest time.
-STAMP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF)
-#: Every key rag-dedup writes.
-DEDUP_KEYS: tuple[str, ...] = (DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, DEDUP_COLLAPSED)
 
 
 def hide_keys(node: BaseNode, keys: Iterable[str] = DEDUP_KEYS) -> None:

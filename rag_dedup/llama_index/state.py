@@ -33,9 +33,10 @@ from typing import Any
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
+from rag_dedup.errors import TransformStateError
 from rag_dedup.llama_index.metadata import STAMP_KEYS
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "TransformState", "TransformStateError"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "TransformState"]
 
 FORMAT = "rag-dedup-transform"
 #: 2: dropped nodes as compact records with shared parts, plus ``passed``, ``sources`` and ``token``.
@@ -44,10 +45,6 @@ FORMAT_VERSION = 2
 # Fields of a node's data kept per node; everything else goes into the shared part.
 _OWN = ("id_", "text", "text_resource", "start_char_idx", "end_char_idx", "embedding")
 _SOURCE = "1"  # NodeRelationship.SOURCE: the document, the same for every chunk of it
-
-
-class TransformStateError(ValueError):
-    """A saved DedupTransform state file is damaged, foreign or from a newer format."""
 
 
 class TransformState:

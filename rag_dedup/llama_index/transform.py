@@ -77,10 +77,10 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import BaseNode, TransformComponent
 from pydantic import computed_field
 
-from rag_dedup.errors import SharedIndexRequired
+from rag_dedup.errors import SharedIndexRequired, TransformStateError
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
-from rag_dedup.llama_index.state import TransformState, TransformStateError
+from rag_dedup.llama_index.state import TransformState
 from rag_dedup.policy import Policy
 
 __all__ = [
