@@ -121,10 +121,8 @@ _NUMBERING = re.compile(NUMBERING)
 _SPLIT_CLASS = "".join(f"{chr(a)}-{chr(b)}" for a, b, _ in SPLIT_SCRIPTS)
 _SPLIT = re.compile(f"[{_SPLIT_CLASS}]")
 _HANGUL = re.compile(f"[\uac00-\ud7a3]{{{HANGUL_RUN},}}")
-# Every character of Unicode categories P* (punctuation) and S* (symbols) outside ASCII (none lies
-# beyond U+1FFFF), mapped to "-" in the shingle form: then "punctuation or symbol only" is a
-# property of ASCII bytes alone, which the vectorised shingling tests in bulk.
-_PS_TO_DASH = {c: "-" for c in range(0x80, 0x20000) if unicodedata.category(chr(c))[0] in "PS"}
+_SPLIT_OR_HANGUL = re.compile(f"[{_SPLIT_CLASS}\uac00-\ud7a3]")
+_ASCII_BYTES = bytes(range(128))
 
 
 _SPLIT_GAP = re.compile(f"(?<=[{_SPLIT_CLASS}]) (?=[{_SPLIT_CLASS}])")
@@ -148,19 +146,16 @@ def shingle_form(form: str, *, ignore_decoration: bool = True) -> str:
 
     ``form`` is a :func:`token_form` (or :func:`canonical`) string. Characters of
     :data:`SPLIT_SCRIPTS` (and Hangul syllables in runs of :data:`HANGUL_RUN` or more) are set apart
-    by spaces. With ``ignore_decoration``, every non-ASCII punctuation or symbol character becomes
-    ``-`` and ``https://`` becomes ``http://``. ASCII text without ``https://`` is returned as is (the
-    same object). Line breaks are kept, so the line-leading rule of :func:`shingle_tokens` still applies.
+    by spaces. With ``ignore_decoration``, ``https://`` becomes ``http://``. Text with neither is
+    returned as is (the same object). Line breaks are kept, so the line-leading rule of :func:`shingle_tokens` still applies.
     """
     if form.isascii():
         return form.replace("https://", "http://") if ignore_decoration and "https://" in form else form
-    if ignore_decoration:
-        form = form.translate(_PS_TO_DASH)
-        if "https://" in form:
-            form = form.replace("https://", "http://")
-    if _SPLIT.search(form):
+    if ignore_decoration and "https://" in form:
+        form = form.replace("https://", "http://")
+    # The non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters.
+    if _SPLIT_OR_HANGUL.search(form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")):
         form = _SPLIT.sub(r" \g<0> ", form)
-    if _HANGUL.search(form):
         form = _HANGUL.sub(lambda m: " ".join(m.group()), form)
     return form
 
@@ -171,8 +166,7 @@ def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
     1. Words are the whitespace-separated words of :func:`token_form`; inside a word, each character
        of :data:`SPLIT_SCRIPTS` is a token of its own, and so is each Hangul syllable of a run of
        :data:`HANGUL_RUN` or more; the rest of the word between such characters is a token.
-    2. With ``ignore_decoration`` (the default): non-ASCII punctuation and symbol characters read as
-       ``-`` and ``https://`` as ``http://``; tokens of punctuation and symbols only (:func:`is_decoration`)
+    2. With ``ignore_decoration`` (the default): ``https://`` reads as ``http://``; tokens of punctuation and symbols only (:func:`is_decoration`)
        are dropped; and so are the list and section numbers (:data:`NUMBERING`) that begin a line, or
        follow only dropped tokens on it. Lines end at LF and CR, as in :func:`canonical`.
 
@@ -186,7 +180,6 @@ def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
         leading = True
         for word in line.split():
             if ignore_decoration:
-                word = "".join("-" if ord(ch) > 127 and is_decoration(ch) else ch for ch in word)
                 word = word.replace("https://", "http://")
             for token in _split_word(word):
                 if ignore_decoration and (is_decoration(token) or (leading and _NUMBERING.fullmatch(token))):

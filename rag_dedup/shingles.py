@@ -41,12 +41,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+import functools
 import re
 from hashlib import blake2b
 
 import numpy as np
 
-from rag_dedup.normalize import NUMBERING, canonical, gram_text, shingle_form, shingle_tokens, token_form
+from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -179,52 +180,93 @@ def check_rules(ignore_decoration: bool, short_tokens: int) -> None:
         )
 
 
-# Byte classes for the decoration rule, summed along the buffer: a byte that makes a token more than
-# decoration (a letter, digit, control character, or any byte of a non-ASCII character: shingle_form()
-# has turned non-ASCII punctuation and symbols into "-") counts 1; a line break (LF, CR) counts 2^32;
-# whitespace and ASCII punctuation and symbols count 0.
-_CLASS = np.zeros(256, dtype=np.int64)
-_CLASS[[b for b in range(256) if not (9 <= b <= 13 or 28 <= b <= 32 or chr(b) in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")]] = 1
-_CLASS[[10, 13]] = 1 << 32
-_LOW32 = np.int64(0xFFFFFFFF)
+# The decoration rule in bytes. A byte is *solid* when it settles that its token is not decoration (an
+# ASCII letter, digit or control character); ASCII punctuation and symbols are not, and neither are the
+# bytes of non-ASCII characters, which may or may not be punctuation (is_decoration decides those tokens).
+_PS_BYTES = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+_SOLID = np.ones(256, dtype=bool)
+_SOLID[list(_PS_BYTES)] = False
+_SOLID[128:] = False
+# Inner bytes of decoration candidates examined in bulk (each further one costs more than it settles).
+_SOLID_SCAN = 2
 _NUMBERING_BYTES = re.compile(NUMBERING.encode("ascii"))
-# The longest token NUMBERING matches: "(xxxviii)".
+# A token NUMBERING matches is at most 9 bytes ("(xxxviii)"), ends in "." or ")", and is two bytes
+# long or begins with one of "(ivx0123456789": per first byte, bit 0 for not solid, bit 1 for that set;
+# per last byte, bit 0 for not solid, bit 1 for "." or ")".
 _NUMBERING_MAX = 9
-_DOT, _PAREN = ord("."), ord(")")
+_FIRST = (~_SOLID).astype(np.uint8)
+_FIRST[list(b"(ivx0123456789")] |= 2
+_LAST = (~_SOLID).astype(np.uint8)
+_LAST[list(b".)")] |= 2
 
 
 def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
-    A word is decoration when it holds no byte of class 1 (``_CLASS``); a word is *leading* when no kept
-    word precedes it on its line. Leading words matching NUMBERING are dropped too: prefix counts of
-    non-marker words per line find the leading ones, and only the few short words ending in "." or ")"
-    among them are matched against the pattern.
+    Only words whose first and last bytes are not solid can be decoration, and only short words
+    ending in "." or ")" can be numbers: a few gathers over the words find both kinds of candidate,
+    and only the candidates (a few per text of prose) are looked at further. A number is dropped
+    when it is *leading*: every word before it on its line is dropped too.
     """
-    classes = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(_CLASS.take(buf))))
-    at_start, at_end = classes[starts], classes[ends]
-    content = ((at_end - at_start) & _LOW32) > 0
-    line_start = np.ones(len(starts), dtype=bool)
-    line_start[1:] = (at_start[1:] >> 32) > (at_end[:-1] >> 32)
-    last = buf[ends - 1]
-    maybe = content & (ends - starts <= _NUMBERING_MAX) & ((last == _DOT) | (last == _PAREN))
-    if not maybe.any():
-        return content
-    leading = _leading(line_start, content & ~maybe) & maybe
-    numbered = np.zeros(len(starts), dtype=bool)
-    for i in np.flatnonzero(leading).tolist():
-        numbered[i] = _NUMBERING_BYTES.fullmatch(data, int(starts[i]), int(ends[i])) is not None
-    if not numbered.any():
-        return content
-    return content & ~(_leading(line_start, content & ~numbered) & numbered)
+    first, last = _FIRST.take(buf.take(starts)), _LAST.take(buf.take(ends - 1))
+    sizes = ends - starts
+    keep = np.ones(len(starts), dtype=bool)
+    edged = np.flatnonzero(first & last & 1)
+    if len(edged):
+        # Byte k of the candidates still undecided, k = 1, 2: a solid byte decides for it, the end of an
+        # all-ASCII word against it (most are settled at once: "(c)", "``x``"). The rest (on prose,
+        # one in a thousand words), and words of non-ASCII punctuation or letters, one by one.
+        undecided = edged
+        wide = (buf[starts[edged]] >= 128) | (buf[ends[edged] - 1] >= 128)  # holds non-ASCII bytes
+        keep[edged] = False
+        exhausted = []
+        for k in range(1, _SOLID_SCAN + 1):
+            alive = sizes[undecided] > k + 1
+            exhausted.append(undecided[~alive & wide])  # all ASCII and no solid byte: decoration
+            undecided, wide = undecided[alive], wide[alive]
+            byte = buf[starts[undecided] + k]
+            solid = _SOLID[byte]
+            keep[undecided[solid]] = True
+            undecided, wide = undecided[~solid], wide[~solid] | (byte[~solid] >= 128)
+        for i in np.concatenate((*exhausted, undecided)).tolist():
+            keep[i] = not _decoration_bytes(data[starts[i] : ends[i]])
+    numbers = np.flatnonzero((last & 2).astype(bool) & (sizes <= _NUMBERING_MAX) & keep)
+    if len(numbers):
+        numbers = numbers[(sizes[numbers] == 2) | (first[numbers] & 2).astype(bool)]
+    if not len(numbers):
+        return keep
+    # Candidates right after a line break (or first in the buffer) lead their line; those right after
+    # a dropped word may, when the walk back over dropped words reaches a line break.
+    low = np.flatnonzero(buf < 14)
+    breaks = low[(buf[low] == 10) | (buf[low] == 13)]
+    before = np.maximum(numbers - 1, 0)
+    direct = (numbers == 0) | (np.searchsorted(breaks, starts[numbers]) > np.searchsorted(breaks, ends[before]))
+    chained = ~direct & ~keep[before]
+    numbers, direct = numbers[direct | chained], direct[direct | chained]
+    for i, first_on_line in zip(numbers.tolist(), direct.tolist()):
+        if not first_on_line:
+            j = i - 1  # walk back over dropped words to the start of the line
+            while j > 0 and not keep[j - 1] and not _breaks(data, int(ends[j - 1]), int(starts[j])):
+                j -= 1
+            if j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])):
+                continue  # a kept word on the same line
+        if _NUMBERING_BYTES.fullmatch(data, int(starts[i]), int(ends[i])) is not None:
+            keep[i] = False
+    return keep
 
 
-def _leading(line_start: np.ndarray, solid: np.ndarray) -> np.ndarray:
-    """For each word: no ``solid`` word precedes it on its line (itself excluded)."""
-    before = np.cumsum(solid) - solid  # solid words before this one, in the whole buffer
-    line_of = np.cumsum(line_start) - 1
-    return before == before[np.flatnonzero(line_start)][line_of]
+@functools.lru_cache(maxsize=1 << 16)
+def _decoration_bytes(token: bytes) -> bool:
+    """:func:`~rag_dedup.normalize.is_decoration` of a UTF-8 token (cached: split-script characters recur)."""
+    if not token.translate(None, _PS_BYTES):
+        return True
+    return token.isascii() is False and is_decoration(token.decode("utf-8"))
+
+
+def _breaks(data: bytes, start: int, end: int) -> bool:
+    """``data[start:end]`` holds a line break (LF or CR)."""
+    return data.find(b"\n", start, end) >= 0 or data.find(b"\r", start, end) >= 0
 
 
 def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
