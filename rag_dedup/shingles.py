@@ -210,39 +210,46 @@ def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndar
     when it is *leading*: every word before it on its line is dropped too.
     """
     first, last = _FIRST.take(buf.take(starts)), _LAST.take(buf.take(ends - 1))
-    sizes = ends - starts
     keep = np.ones(len(starts), dtype=bool)
     edged = np.flatnonzero(first & last & 1)
     if len(edged):
         # Byte k of the candidates still undecided, k = 1, 2: a solid byte decides for it, the end of an
         # all-ASCII word against it (most are settled at once: "(c)", "``x``"). The rest (on prose,
         # one in a thousand words), and words of non-ASCII punctuation or letters, one by one.
-        undecided = edged
+        sizes = ends[edged] - starts[edged]
+        undecided = np.arange(len(edged))
         wide = (buf[starts[edged]] >= 128) | (buf[ends[edged] - 1] >= 128)  # holds non-ASCII bytes
-        keep[edged] = False
+        solid_at = np.zeros(len(edged), dtype=bool)
         exhausted = []
         for k in range(1, _SOLID_SCAN + 1):
             alive = sizes[undecided] > k + 1
             exhausted.append(undecided[~alive & wide])  # all ASCII and no solid byte: decoration
             undecided, wide = undecided[alive], wide[alive]
-            byte = buf[starts[undecided] + k]
+            byte = buf[starts[edged[undecided]] + k]
             solid = _SOLID[byte]
-            keep[undecided[solid]] = True
+            solid_at[undecided[solid]] = True
             undecided, wide = undecided[~solid], wide[~solid] | (byte[~solid] >= 128)
-        for i in np.concatenate((*exhausted, undecided)).tolist():
+        keep[edged] = solid_at
+        for i in edged[np.concatenate((*exhausted, undecided))].tolist():
             keep[i] = not _decoration_bytes(data[starts[i] : ends[i]])
-    numbers = np.flatnonzero((last & 2).astype(bool) & (sizes <= _NUMBERING_MAX) & keep)
-    if len(numbers):
-        numbers = numbers[(sizes[numbers] == 2) | (first[numbers] & 2).astype(bool)]
+    numbers = np.flatnonzero(last & 2)
+    sizes = ends[numbers] - starts[numbers]
+    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | (first[numbers] & 2).astype(bool))]
+    numbers = numbers[keep[numbers]]
     if not len(numbers):
         return keep
     # Candidates right after a line break (or first in the buffer) lead their line; those right after
-    # a dropped word may, when the walk back over dropped words reaches a line break.
-    low = np.flatnonzero(buf < 14)
-    breaks = low[(buf[low] == 10) | (buf[low] == 13)]
+    # a dropped word (or another candidate) may, when the walk back over dropped words reaches a line
+    # break. A gap of one byte is a line break when that byte is; longer gaps are searched.
     before = np.maximum(numbers - 1, 0)
-    direct = (numbers == 0) | (np.searchsorted(breaks, starts[numbers]) > np.searchsorted(breaks, ends[before]))
-    chained = ~direct & ~keep[before]
+    gap = ends[before]
+    one = buf[gap]
+    direct = (numbers == 0) | (one == 10) | (one == 13)
+    for n in np.flatnonzero(~direct & (starts[numbers] - gap > 1)).tolist():
+        direct[n] = _breaks(data, int(gap[n]), int(starts[numbers[n]]))
+    candidate = np.zeros(len(starts), dtype=bool)
+    candidate[numbers] = True
+    chained = ~direct & (~keep[before] | candidate[before])  # after a dropped word, or another number
     numbers, direct = numbers[direct | chained], direct[direct | chained]
     for i, first_on_line in zip(numbers.tolist(), direct.tolist()):
         if not first_on_line:
