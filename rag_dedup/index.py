@@ -4,7 +4,8 @@ How a text is placed:
 
 1. **Exact pass.** Texts with the same :func:`~rag_dedup.normalize.canonical` form form one *group*
    (an exact-duplicate class). An empty canonical text forms no group: it is no one's duplicate.
-2. **Candidates.** A new group's shingle set (word ``ngram``-grams) gets a MinHash signature; LSH with
+2. **Candidates.** A new group's shingle set (token ``ngram``-grams, or character trigrams for a short
+   text: :mod:`rag_dedup.shingles`) gets a MinHash signature; LSH with
    ``b`` bands of ``r`` rows proposes every stored group that shares a band. (b, r) is chosen so that
    P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
