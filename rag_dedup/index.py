@@ -4,7 +4,8 @@ How a text is placed:
 
 1. **Exact pass.** Texts with the same :func:`~rag_dedup.normalize.canonical` form form one *group*
    (an exact-duplicate class). An empty canonical text forms no group: it is no one's duplicate.
-2. **Candidates.** A new group's shingle set (word ``ngram``-grams) gets a MinHash signature; LSH with
+2. **Candidates.** A new group's shingle set (token ``ngram``-grams, or character trigrams for a short
+   text: :mod:`rag_dedup.shingles`) gets a MinHash signature; LSH with
    ``b`` bands of ``r`` rows proposes every stored group that shares a band. (b, r) is chosen so that
    P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
@@ -59,7 +60,7 @@ from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
-from rag_dedup.shingles import DEFAULT_NGRAM, canonical_digest, shingle_hashes_many, shingles_and_digests
+from rag_dedup.shingles import DEFAULT_NGRAM, SHORT_TOKENS, canonical_digest, check_rules, shingle_hashes_many, shingles_and_digests
 from rag_dedup.similarity import jaccard, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
@@ -70,7 +71,7 @@ __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 #: Version of the index's stored layout (directory and Redis).
 FORMAT_VERSION = 1
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
-SHINGLING = "words-poly64-fmix64-v1"
+SHINGLING = "tokens-poly64-fmix64-v2"
 # add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
 # when that is more (at most _BATCH_MAX). A batch's temporaries (signatures, band keys) stay a small
 # share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
@@ -144,6 +145,12 @@ class DedupIndex:
         drift_floor: No member of a cluster is less similar than this to its representative: a cluster
             is its center and the texts at least this similar to it, and only members at least this
             similar to every other member may represent it. Default ``threshold - 0.1``.
+        ignore_decoration: Shingle without comment and list markers, punctuation-only tokens and
+            line-leading numbers, reading ``https://`` as ``http://``
+            (:func:`~rag_dedup.normalize.shingle_tokens`); exact copies are still judged on the whole
+            canonical text. Stored with the index.
+        short_tokens: Texts of 3 to this many tokens are compared by character trigrams (the short-text
+            regime, :mod:`rag_dedup.shingles`); 0 turns it off. Stored with the index.
 
     Raises:
         ValueError: A parameter is out of range, or the storage holds an index made with others.
@@ -161,6 +168,8 @@ class DedupIndex:
         policy: Policy | None = None,
         seed: int = 1,
         drift_floor: float | None = None,
+        ignore_decoration: bool = True,
+        short_tokens: int = SHORT_TOKENS,
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
             raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
@@ -178,6 +187,9 @@ class DedupIndex:
             raise ValueError(f"drift_floor ({drift_floor}) must be in [0, threshold ({threshold})]")
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable, got {type(policy).__name__}")
+        check_rules(ignore_decoration, short_tokens)
+        self.ignore_decoration = ignore_decoration
+        self.short_tokens = short_tokens
         self.threshold = float(threshold)
         self.drift_floor = float(drift_floor)
         self.ngram = ngram
@@ -222,6 +234,8 @@ class DedupIndex:
             "ngram": self.ngram,
             "normalization": NORMALIZATION,
             "shingling": SHINGLING,
+            "ignore_decoration": self.ignore_decoration,
+            "short_tokens": self.short_tokens,
             "policy": _policy_name(self.policy),
         }
 
@@ -235,7 +249,8 @@ class DedupIndex:
                 f"({FORMAT_VERSION}); upgrade rag-dedup"
             )
         expected = self._meta()
-        for name in ("threshold", "drift_floor", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling"):
+        names = ("threshold", "drift_floor", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling")
+        for name in (*names, "ignore_decoration", "short_tokens"):
             if stored.get(name) != expected[name]:
                 raise IndexMismatchError(
                     f"{where} was built with {name}={stored.get(name)!r} but this index has {name}={expected[name]!r}; "
@@ -381,7 +396,9 @@ class DedupIndex:
     def _add_batch(self, items: Sequence[_Item]) -> None:
         storage = self.storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
-        all_sets, digests = shingles_and_digests([item.text for item in items], self.ngram)
+        all_sets, digests = shingles_and_digests(
+            [item.text for item in items], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
+        )
         first: dict[bytes, int] = {}
         for i, d in enumerate(digests):
             if d is not None:
@@ -768,7 +785,9 @@ class DedupIndex:
         canon = canonical(text)
         if not canon:
             return []
-        sets = shingle_hashes_many([canon], self.ngram, canonicalized=True)
+        sets = shingle_hashes_many(
+            [canon], self.ngram, canonicalized=True, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
+        )
         band_keys = self._band_keys(sets)
         for attempt in range(3):
             (cands,) = self.storage.query_bands(band_keys)
@@ -821,7 +840,7 @@ class DedupIndex:
 
         meta, storage = load_directory(path)
         manifest = os.path.join(os.fspath(path), MANIFEST)
-        names = ("threshold", "num_perm", "ngram", "seed", "drift_floor")
+        names = ("threshold", "num_perm", "ngram", "seed", "drift_floor", "ignore_decoration", "short_tokens")
         if any(name not in meta for name in (*names, "policy")):
             raise CorruptIndexError(f"{manifest}: the parameters lack one of {[*names, 'policy']}; the index is damaged")
         saved_policy = meta["policy"]

@@ -21,7 +21,20 @@ import numpy as np
 
 from rag_dedup.surrogates import check_unicode
 
-__all__ = ["NORMALIZATION", "canonical", "exact_digest", "exact_key", "token_form"]
+__all__ = [
+    "HANGUL_RUN",
+    "NORMALIZATION",
+    "NUMBERING",
+    "SPLIT_SCRIPTS",
+    "canonical",
+    "exact_digest",
+    "exact_key",
+    "gram_text",
+    "is_decoration",
+    "shingle_form",
+    "shingle_tokens",
+    "token_form",
+]
 
 #: Name and version of the normalisation below. Persisted with every index: a saved index whose
 #: keys were computed under another normalisation cannot be extended, so loading checks it.
@@ -109,6 +122,136 @@ def token_form(text: str) -> str:
     if text.isascii():
         return text.lower()
     return _fold_unicode(text)
+
+
+# --- the tokens shingles are made of -----------------------------------------------------------
+#: Scripts written without spaces between words: every character in these ranges is a token of its
+#: own, so that n-token shingles are character n-grams inside such runs (and words elsewhere).
+SPLIT_SCRIPTS: tuple[tuple[int, int, str], ...] = (
+    (0x0E00, 0x0E7F, "Thai"),
+    (0x0E80, 0x0EFF, "Lao"),
+    (0x0F00, 0x0FFF, "Tibetan"),
+    (0x1000, 0x109F, "Myanmar"),
+    (0x1780, 0x17FF, "Khmer"),
+    (0x19E0, 0x19FF, "Khmer symbols"),
+    (0x3005, 0x3007, "CJK iteration marks and ideographic zero"),
+    (0x3040, 0x309F, "Hiragana"),
+    (0x30A0, 0x30FF, "Katakana"),
+    (0x31F0, 0x31FF, "Katakana phonetic extensions"),
+    (0x3400, 0x4DBF, "CJK extension A"),
+    (0x4E00, 0x9FFF, "CJK unified ideographs"),
+    (0xA000, 0xA4CF, "Yi"),
+    (0xA9E0, 0xA9FF, "Myanmar extended-B"),
+    (0xAA60, 0xAA7F, "Myanmar extended-A"),
+    (0xF900, 0xFAFF, "CJK compatibility ideographs"),
+    (0x20000, 0x3134F, "CJK extensions B-G"),
+)
+#: Korean is written with spaces between words, so Hangul syllables stay words, except in a run of at
+#: least this many syllables with no space (no Korean word is that long: the text is unspaced).
+HANGUL_RUN = 8
+#: A line-leading list or section number (in token form, so lower case): ``1.``, ``12)``, ``(a)``,
+#: ``b.``, ``iv)``, ``(xii)``; Roman numerals up to 39.
+NUMBERING = r"\(?(?:[0-9]{1,3}|[a-z]|x{0,3}(?:ix|iv|v?i{0,3}))[.)]"
+_NUMBERING = re.compile(NUMBERING)
+_SPLIT_CLASS = "".join(f"{chr(a)}-{chr(b)}" for a, b, _ in SPLIT_SCRIPTS)
+_SPLIT = re.compile(f"[{_SPLIT_CLASS}]")
+_HANGUL = re.compile(f"[\uac00-\ud7a3]{{{HANGUL_RUN},}}")
+_SPLIT_OR_HANGUL = re.compile(f"[{_SPLIT_CLASS}\uac00-\ud7a3]")
+_ASCII_BYTES = bytes(range(128))
+
+
+_SPLIT_GAP = re.compile(f"(?<=[{_SPLIT_CLASS}]) (?=[{_SPLIT_CLASS}])")
+
+
+def gram_text(tokens: str) -> str:
+    """The text the short-text regime takes character grams of: ``tokens`` (a text's tokens joined by
+    single spaces) without the spaces between two split-script characters, so that a run of Chinese
+    or Thai reads as it was written and its grams are character trigrams, not pairs around a space.
+    """
+    return tokens if tokens.isascii() else _SPLIT_GAP.sub("", tokens)
+
+
+def is_decoration(token: str) -> bool:
+    """True for a token of punctuation and symbols only (Unicode categories P* and S*): ``*``, ``//``, ``.``, ``•``."""
+    return all(unicodedata.category(ch)[0] in "PS" for ch in token)
+
+
+def shingle_form(form: str, *, ignore_decoration: bool = True) -> str:
+    """The string whose whitespace-separated words, after the decoration rule, are a text's tokens.
+
+    ``form`` is a :func:`token_form` (or :func:`canonical`) string. Characters of
+    :data:`SPLIT_SCRIPTS` (and Hangul syllables in runs of :data:`HANGUL_RUN` or more) are set apart
+    by spaces. With ``ignore_decoration``, ``https://`` becomes ``http://``. Text with neither is
+    returned as is (the same object). Line breaks are kept, so the line-leading rule of :func:`shingle_tokens` still applies.
+    """
+    if form.isascii():
+        return form.replace("https://", "http://") if ignore_decoration and "https://" in form else form
+    if ignore_decoration and "https://" in form:
+        form = form.replace("https://", "http://")
+    # The non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters.
+    if _SPLIT_OR_HANGUL.search(form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")):
+        form = _SPLIT.sub(r" \g<0> ", form)
+        form = _HANGUL.sub(lambda m: " ".join(m.group()), form)
+    return form
+
+
+def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
+    """The tokens a text's shingles are made of: the rule, one character at a time (plain Python).
+
+    1. Words are the whitespace-separated words of :func:`token_form`; inside a word, each character
+       of :data:`SPLIT_SCRIPTS` is a token of its own, and so is each Hangul syllable of a run of
+       :data:`HANGUL_RUN` or more; the rest of the word between such characters is a token.
+    2. With ``ignore_decoration`` (the default): ``https://`` reads as ``http://``; tokens of punctuation and symbols only (:func:`is_decoration`)
+       are dropped; and so are the list and section numbers (:data:`NUMBERING`) that begin a line, or
+       follow only dropped tokens on it. Lines end at LF and CR, as in :func:`canonical`.
+
+    The shingling in :mod:`rag_dedup.shingles` computes the same tokens in bulk; this function is
+    its specification (and its reference in the tests).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    tokens: list[str] = []
+    for line in token_form(text).replace("\r", "\n").split("\n"):
+        leading = True
+        for word in line.split():
+            if ignore_decoration:
+                word = word.replace("https://", "http://")
+            for token in _split_word(word):
+                if ignore_decoration and (is_decoration(token) or (leading and _NUMBERING.fullmatch(token))):
+                    continue
+                leading = False
+                tokens.append(token)
+    return tokens
+
+
+def _split_word(word: str) -> list[str]:
+    """One word's tokens: split-script characters alone, the rest between them together."""
+    hangul = [0xAC00 <= ord(ch) <= 0xD7A3 for ch in word]
+    alone = [False] * len(word)
+    i = 0
+    while i < len(word):
+        j = i
+        while j < len(word) and hangul[j]:
+            j += 1
+        if j - i >= HANGUL_RUN:
+            alone[i:j] = [True] * (j - i)
+        i = max(j, i + 1)
+    for k, ch in enumerate(word):
+        if any(a <= ord(ch) <= b for a, b, _ in SPLIT_SCRIPTS):
+            alone[k] = True
+    out: list[str] = []
+    rest = ""
+    for ch, single in zip(word, alone):
+        if single:
+            if rest:
+                out.append(rest)
+            out.append(ch)
+            rest = ""
+        else:
+            rest += ch
+    if rest:
+        out.append(rest)
+    return out
 
 
 def _fold_unicode(text: str) -> str:

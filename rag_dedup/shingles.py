@@ -28,10 +28,13 @@ no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable
 
 Example:
     >>> from rag_dedup.similarity import jaccard
-    >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
-    >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
+    >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog", short_tokens=0)
+    >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat", short_tokens=0)
     >>> len(a), len(b), round(jaccard(a, b), 3)
     (5, 5, 0.667)
+    >>> round(jaccard(shingle_hashes("the quick brown fox jumps over the lazy dog"),
+    ...                shingle_hashes("The  quick brown fox jumps over the lazy cat")), 3)
+    0.857
     >>> jaccard(shingle_hashes("one word"), shingle_hashes("another word"))
     0.0
 """
@@ -39,14 +42,19 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+import functools
+import re
 from hashlib import blake2b
 
 import numpy as np
 
-from rag_dedup.normalize import canonical, token_form
+from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 
 __all__ = [
     "DEFAULT_NGRAM",
+    "GRAM",
+    "SHORT_MIN_TOKENS",
+    "SHORT_TOKENS",
     "canonical_digest",
     "reference_shingle_hashes",
     "shingle_hashes",
@@ -58,6 +66,20 @@ __all__ = [
 #: Five-word shingles: long enough that unrelated prose rarely shares one, short enough that a
 #: one-word edit changes only five of them.
 DEFAULT_NGRAM = 5
+#: The short-text regime: a text of SHORT_MIN_TOKENS to ``short_tokens`` tokens (default
+#: SHORT_TOKENS) is shingled as the character GRAM-grams of its tokens joined by single spaces.
+#: Why: with word n-grams, one changed word in a text of t tokens leaves (t - n + 1) - n of the
+#: t - n + 1 shingles shared, J = (t - 2n + 1) / (t + 1), which stays below 0.8 up to t = 49
+#: (J = 0.23 at t = 12); with character trigrams, a changed word of w letters touches about w + 2
+#: of the ~c grams of a c-character text, J ~ (c - w - 2) / (c + w + 2): >= 0.8 from about 11 words,
+#: and a changed letter keeps J >= 0.8 from about 3 words. Up to 20 tokens covers headings, list
+#: items, FAQ questions and NAME lines, and leaves the 180-word chunks the index is tuned for alone.
+SHORT_TOKENS = 20
+#: Texts of one or two tokens keep the one-shingle rule below: two different one-word texts
+#: ("colour", "color") are not near-duplicates however many letters they share.
+SHORT_MIN_TOKENS = 3
+#: Characters per gram in the short-text regime.
+GRAM = 3
 
 _MASK64 = (1 << 64) - 1
 # The polynomial base: the 64-bit FNV prime (odd, hence invertible mod 2^64).
@@ -140,6 +162,115 @@ def _check_ngram(ngram: int) -> None:
         raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
     if not 1 <= ngram <= _MAX_NGRAM:
         raise ValueError(f"ngram ({ngram}) must be between 1 and {_MAX_NGRAM}; 5-word shingles are the usual choice")
+
+
+def check_rules(ignore_decoration: bool, short_tokens: int) -> None:
+    """Validate the token rule parameters (see :func:`shingle_hashes_many`)."""
+    if not isinstance(ignore_decoration, bool):
+        raise TypeError(f"ignore_decoration must be bool, got {type(ignore_decoration).__name__}")
+    if isinstance(short_tokens, bool) or not isinstance(short_tokens, int):
+        raise TypeError(f"short_tokens must be int, got {type(short_tokens).__name__}")
+    if short_tokens != 0 and not SHORT_MIN_TOKENS <= short_tokens <= 1000:
+        raise ValueError(
+            f"short_tokens ({short_tokens}) must be 0 (no short-text regime) or between {SHORT_MIN_TOKENS} and 1000; "
+            f"{SHORT_TOKENS} is the default"
+        )
+
+
+# The decoration rule in bytes. A byte is *solid* when it settles that its token is not decoration (an
+# ASCII letter, digit or control character); ASCII punctuation and symbols are not, and neither are the
+# bytes of non-ASCII characters, which may or may not be punctuation (is_decoration decides those tokens).
+_PS_BYTES = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+_SOLID = np.ones(256, dtype=bool)
+_SOLID[list(_PS_BYTES)] = False
+_SOLID[128:] = False
+# Inner bytes of decoration candidates examined in bulk (each further one costs more than it settles).
+_SOLID_SCAN = 2
+_NUMBERING_BYTES = re.compile(NUMBERING.encode("ascii"))
+# A token NUMBERING matches is at most 9 bytes ("(xxxviii)"), ends in "." or ")", and is two bytes
+# long or begins with one of "(ivx0123456789": per first byte, bit 0 for not solid, bit 1 for that set;
+# per last byte, bit 0 for not solid, bit 1 for "." or ")".
+_NUMBERING_MAX = 9
+_FIRST = (~_SOLID).astype(np.uint8)
+_FIRST[list(b"(ivx0123456789")] |= 2
+_LAST = (~_SOLID).astype(np.uint8)
+_LAST[list(b".)")] |= 2
+
+
+def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
+
+    ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
+    Only words whose first and last bytes are not solid can be decoration, and only short words
+    ending in "." or ")" can be numbers: a few gathers over the words find both kinds of candidate,
+    and only the candidates (a few per text of prose) are looked at further. A number is dropped
+    when it is *leading*: every word before it on its line is dropped too.
+    """
+    first, last = _FIRST.take(buf.take(starts)), _LAST.take(buf.take(ends - 1))
+    keep = np.ones(len(starts), dtype=bool)
+    edged = np.flatnonzero(first & last & 1)
+    if len(edged):
+        # Byte k of the candidates still undecided, k = 1, 2: a solid byte decides for it, the end of an
+        # all-ASCII word against it (most are settled at once: "(c)", "``x``"). The rest (on prose,
+        # one in a thousand words), and words of non-ASCII punctuation or letters, one by one.
+        sizes = ends[edged] - starts[edged]
+        undecided = np.arange(len(edged))
+        wide = (buf[starts[edged]] >= 128) | (buf[ends[edged] - 1] >= 128)  # holds non-ASCII bytes
+        solid_at = np.zeros(len(edged), dtype=bool)
+        exhausted = []
+        for k in range(1, _SOLID_SCAN + 1):
+            alive = sizes[undecided] > k + 1
+            exhausted.append(undecided[~alive & wide])  # all ASCII and no solid byte: decoration
+            undecided, wide = undecided[alive], wide[alive]
+            byte = buf[starts[edged[undecided]] + k]
+            solid = _SOLID[byte]
+            solid_at[undecided[solid]] = True
+            undecided, wide = undecided[~solid], wide[~solid] | (byte[~solid] >= 128)
+        keep[edged] = solid_at
+        for i in edged[np.concatenate((*exhausted, undecided))].tolist():
+            keep[i] = not _decoration_bytes(data[starts[i] : ends[i]])
+    numbers = np.flatnonzero(last & 2)
+    sizes = ends[numbers] - starts[numbers]
+    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | (first[numbers] & 2).astype(bool))]
+    numbers = numbers[keep[numbers]]
+    if not len(numbers):
+        return keep
+    # Candidates right after a line break (or first in the buffer) lead their line; those right after
+    # a dropped word (or another candidate) may, when the walk back over dropped words reaches a line
+    # break. A gap of one byte is a line break when that byte is; longer gaps are searched.
+    before = np.maximum(numbers - 1, 0)
+    gap = ends[before]
+    one = buf[gap]
+    direct = (numbers == 0) | (one == 10) | (one == 13)
+    for n in np.flatnonzero(~direct & (starts[numbers] - gap > 1)).tolist():
+        direct[n] = _breaks(data, int(gap[n]), int(starts[numbers[n]]))
+    candidate = np.zeros(len(starts), dtype=bool)
+    candidate[numbers] = True
+    chained = ~direct & (~keep[before] | candidate[before])  # after a dropped word, or another number
+    numbers, direct = numbers[direct | chained], direct[direct | chained]
+    for i, first_on_line in zip(numbers.tolist(), direct.tolist()):
+        if not first_on_line:
+            j = i - 1  # walk back over dropped words to the start of the line
+            while j > 0 and not keep[j - 1] and not _breaks(data, int(ends[j - 1]), int(starts[j])):
+                j -= 1
+            if j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])):
+                continue  # a kept word on the same line
+        if _NUMBERING_BYTES.fullmatch(data, int(starts[i]), int(ends[i])) is not None:
+            keep[i] = False
+    return keep
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decoration_bytes(token: bytes) -> bool:
+    """:func:`~rag_dedup.normalize.is_decoration` of a UTF-8 token (cached: split-script characters recur)."""
+    if not token.translate(None, _PS_BYTES):
+        return True
+    return token.isascii() is False and is_decoration(token.decode("utf-8"))
+
+
+def _breaks(data: bytes, start: int, end: int) -> bool:
+    """``data[start:end]`` holds a line break (LF or CR)."""
+    return data.find(b"\n", start, end) >= 0 or data.find(b"\r", start, end) >= 0
 
 
 def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -234,8 +365,10 @@ def _digests(
     return out
 
 
-def _hash_piece(texts: Sequence[str], ngram: int, digests: list[bytes | None] | None = None) -> list[np.ndarray]:
-    """Shingle hashes of token-form texts, joined into one buffer; with ``digests``, also append the
+def _hash_piece(
+    texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int, digests: list[bytes | None] | None = None
+) -> list[np.ndarray]:
+    """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
     16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
     encoded = [t.encode("utf-8") for t in texts]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
@@ -244,10 +377,17 @@ def _hash_piece(texts: Sequence[str], ngram: int, digests: list[bytes | None] | 
     buf = np.frombuffer(joined, dtype=np.uint8)
     is_word, starts, ends, words = _words(buf)
     text_of_word = np.searchsorted(text_starts, starts, side="right") - 1
+    if digests is not None:
+        words_per_text = np.bincount(text_of_word, minlength=len(texts))
+        first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+        digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
+    if ignore_decoration and len(starts):
+        keep = _undecorated(joined, buf, starts, ends)
+        if not keep.all():
+            starts, ends, words, text_of_word = starts[keep], ends[keep], words[keep], text_of_word[keep]
     words_per_text = np.bincount(text_of_word, minlength=len(texts))
     first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    if digests is not None:
-        digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
+    gram_texts = _gram_regime(words_per_text, short_tokens)
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):
@@ -258,15 +398,73 @@ def _hash_piece(texts: Sequence[str], ngram: int, digests: list[bytes | None] | 
             for k in range(1, ngram):
                 combined += words[k : k + m] * _C_NP[k]
             valid = text_of_word[:m] == text_of_word[ngram - 1 :]
+            if len(gram_texts):
+                valid &= ~np.isin(text_of_word[:m], gram_texts)
             owner = text_of_word[:m][valid]
             hashed = (fmix64(combined[valid]) >> np.uint64(32)).astype(np.uint32)
             _sorted_sets(owner, hashed, out)
-        # Short texts (1 <= words < ngram): one shingle of all their words.
-        for i in np.flatnonzero((words_per_text > 0) & (words_per_text < ngram)):
+        # Short texts (1 <= words < ngram) outside the gram regime: one shingle of all their words.
+        one = (words_per_text > 0) & (words_per_text < ngram)
+        one[gram_texts] = False
+        for i in np.flatnonzero(one):
             w = words[first_word[i] : first_word[i] + words_per_text[i]]
             total = int(len(w)) * _SHORT_MARK + sum(int(x) * _C[k] for k, x in enumerate(w.tolist()))
             out[i] = np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)
+    if len(gram_texts):
+        strings = _gram_strings(joined, starts, ends, first_word, words_per_text, gram_texts)
+        grams, counts = _char_grams(strings)
+        short_out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(strings)
+        owner = np.repeat(np.arange(len(strings)), counts)
+        _sorted_sets(owner, (grams >> np.uint64(32)).astype(np.uint32), short_out)
+        for i, sh in zip(gram_texts.tolist(), short_out):
+            out[i] = sh
     return out
+
+
+def _gram_regime(words_per_text: np.ndarray, short_tokens: int) -> np.ndarray:
+    """The texts (indices) in the short-text regime: SHORT_MIN_TOKENS <= tokens <= short_tokens."""
+    if short_tokens == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero((words_per_text >= SHORT_MIN_TOKENS) & (words_per_text <= short_tokens))
+
+
+def _gram_strings(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray, which: np.ndarray
+) -> list[str]:
+    """The short-text regime's string of each text in ``which`` (:func:`~rag_dedup.normalize.gram_text`)."""
+    out = []
+    for i in which.tolist():
+        a = int(first_word[i])
+        b = a + int(words_per_text[i])
+        spaced = b" ".join([data[x:y] for x, y in zip(starts[a:b].tolist(), ends[a:b].tolist())]).decode("utf-8")
+        out.append(gram_text(spaced))
+    return out
+
+
+# Added to every character-gram sum, so a gram's hash is unrelated to a word shingle's by design.
+_GRAM_MARK = _splitmix64(_MAX_NGRAM)
+_GRAM_C = _C_NP[:GRAM]
+
+
+def _char_grams(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The 64-bit hashes of the character GRAM-grams of each string, in order, repeats kept, and counts.
+
+    A gram of code points x_0..x_{g-1} hashes to ``fmix64(Σ_k x_k · C_k + M mod 2^64)``: one array
+    expression for all strings at once (joined by LF, which no string holds, and windows across it dropped).
+    """
+    joined = "\n".join(strings)
+    points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=len(strings))
+    counts = np.maximum(lengths - GRAM + 1, 0)
+    m = len(points) - GRAM + 1
+    if m <= 0:
+        return np.empty(0, dtype=np.uint64), counts
+    combined = np.full(m, _GRAM_MARK, dtype=np.uint64)
+    for k in range(GRAM):
+        combined += points[k : k + m] * _GRAM_C[k]
+    owner = np.repeat(np.arange(len(strings)), lengths + 1)[: len(points)]  # a separator goes with the string before it
+    inside = (owner[:m] == owner[GRAM - 1 :]) & (points[GRAM - 1 :] != 10)
+    return _fmix64_inplace(combined[inside]), counts
 
 
 def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -> None:
@@ -310,33 +508,48 @@ def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -
         start = end
 
 
-def shingle_hashes_many(texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, canonicalized: bool = False) -> list[np.ndarray]:
+def shingle_hashes_many(
+    texts: Sequence[str],
+    ngram: int = DEFAULT_NGRAM,
+    *,
+    canonicalized: bool = False,
+    ignore_decoration: bool = True,
+    short_tokens: int = SHORT_TOKENS,
+) -> list[np.ndarray]:
     """Shingle-hash sets of many texts at once (much faster than one at a time).
 
     Args:
         texts: The texts.
-        ngram: Words per shingle.
+        ngram: Tokens per shingle.
         canonicalized: The texts are already in :func:`canonical` (or :func:`token_form`) form.
+        ignore_decoration: Drop comment and list markers, punctuation-only tokens and line-leading
+            numbers, and read ``https://`` as ``http://`` (see :func:`~rag_dedup.normalize.shingle_tokens`).
+        short_tokens: Texts of SHORT_MIN_TOKENS to this many tokens are shingled as character
+            GRAM-grams (the short-text regime); 0 turns the regime off.
 
     Returns:
         One sorted array of unique ``uint32`` shingle hashes per text, equal to
-        ``shingle_hashes(text, ngram)`` for each.
+        ``shingle_hashes(text, ngram, ...)`` for each.
 
     Raises:
-        TypeError: A text is not a ``str``.
+        TypeError: A text is not a ``str``, or a parameter has the wrong type.
+        ValueError: A parameter is out of range.
     """
-    return _run(texts, ngram, canonicalized, None)
+    return _run(texts, ngram, canonicalized, ignore_decoration, short_tokens, None)
 
 
-def shingles_and_digests(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[list[np.ndarray], list[bytes | None]]:
+def shingles_and_digests(
+    texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS
+) -> tuple[list[np.ndarray], list[bytes | None]]:
     """:func:`shingle_hashes_many`, plus each text's exact-duplicate digest, in the same pass.
 
     The digest is the 16-byte BLAKE2b of the UTF-8 :func:`canonical` form (None for a text with no
     words: an empty text is no one's duplicate), computed without building the canonical strings in
-    Python: it is rebuilt from the words and line breaks the shingling already found.
+    Python: it is rebuilt from the words and line breaks the shingling already found (for a text whose
+    shingle form differs from its token form, from :func:`canonical` itself).
     """
     digests: list[bytes | None] = []
-    return _run(texts, ngram, False, digests), digests
+    return _run(texts, ngram, False, ignore_decoration, short_tokens, digests), digests
 
 
 def canonical_digest(text: str) -> bytes | None:
@@ -345,13 +558,26 @@ def canonical_digest(text: str) -> bytes | None:
     return blake2b(canon.encode("utf-8"), digest_size=16).digest() if canon else None
 
 
-def _run(texts: Sequence[str], ngram: int, canonicalized: bool, digests: list[bytes | None] | None) -> list[np.ndarray]:
+def _run(
+    texts: Sequence[str],
+    ngram: int,
+    canonicalized: bool,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digests: list[bytes | None] | None,
+) -> list[np.ndarray]:
     _check_ngram(ngram)
+    check_rules(ignore_decoration, short_tokens)
     forms: list[str] = []
+    reshaped: list[int] = []  # texts whose shingle form is not their token form
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        forms.append(text if canonicalized else token_form(text))
+        form = text if canonicalized else token_form(text)
+        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        if shaped is not form:
+            reshaped.append(i)
+        forms.append(shaped)
     out: list[np.ndarray] = []
     piece: list[str] = []
     size = 0
@@ -359,14 +585,19 @@ def _run(texts: Sequence[str], ngram: int, canonicalized: bool, digests: list[by
         piece.append(text)
         size += len(text) + 1
         if size >= _PIECE_BYTES:
-            out.extend(_hash_piece(piece, ngram, digests))
+            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
             piece, size = [], 0
     if piece:
-        out.extend(_hash_piece(piece, ngram, digests))
+        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+    if digests is not None:
+        for i in reshaped:
+            digests[len(digests) - len(texts) + i] = canonical_digest(texts[i])
     return out
 
 
-def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np.ndarray, np.ndarray]:
+def shingle_stream(
+    texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS
+) -> tuple[np.ndarray, np.ndarray]:
     """Every shingle of every text as a 64-bit hash, in one pass: for comparing the few texts of one query.
 
     Returns ``(hashes, counts)``: ``hashes`` holds text 0's shingles, then text 1's, and so on, in word
@@ -374,8 +605,10 @@ def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np
     (same words, same order) always get equal hashes; two different ones get equal hashes with
     probability about 2^-64 per pair (every word is mixed by ``fmix64`` before the words are combined).
 
-    The words and shingles are those of :func:`shingle_hashes` (words of :func:`canonical`, the short-text
-    rule), but the hash is another one, made for speed, so compare these values only with each other.
+    The tokens and shingles are those of :func:`shingle_hashes` with the same parameters (tokens of
+    :func:`~rag_dedup.normalize.shingle_tokens`, the one-shingle rule, the short-text regime, whose
+    character grams keep their full 64 bits here), but the word hash is another one, made for speed, so
+    compare these values only with each other.
     A word is read as whole 8-byte loads at its start instead of byte by byte; texts are joined into one
     buffer, so the cost is a constant number of numpy calls for the batch, with no per-text calls and no
     per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic).
@@ -385,18 +618,19 @@ def shingle_stream(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np
         ValueError: ``ngram`` out of range.
     """
     _check_ngram(ngram)
+    check_rules(ignore_decoration, short_tokens)
     if not all(isinstance(text, str) for text in texts):
         i, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
         raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
     if texts and sum(map(len, texts)) + len(texts) < _PIECE_BYTES:
-        return _stream_piece(texts, ngram)  # the usual case: one query's texts fit one buffer
+        return _stream_piece(texts, ngram, ignore_decoration, short_tokens)  # the usual case: one buffer
     hashes: list[np.ndarray] = []
     counts: list[np.ndarray] = []
     start, size = 0, 0
     for stop, text in enumerate(texts, 1):
         size += len(text) + 1
         if size >= _PIECE_BYTES or stop == len(texts):
-            h, c = _stream_piece(texts[start:stop], ngram)
+            h, c = _stream_piece(texts[start:stop], ngram, ignore_decoration, short_tokens)
             hashes.append(h)
             counts.append(c)
             start, size = stop, 0
@@ -414,14 +648,19 @@ _HI_MASK = np.array([(1 << (8 * max(k - 8, 0))) - 1 for k in range(17)], dtype=n
 _LOAD_PAD = " " * 16  # lets the last word be read with two full 8-byte loads
 
 
-def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`shingle_stream` of texts that fit one buffer."""
     n = len(texts)
     # token_form of ASCII is lower(), which bytes.lower() does to the whole buffer at once (it touches
     # ASCII letters only, so the already folded non-ASCII texts pass through unchanged). Texts are
     # joined by line breaks, whitespace, so no word spans two.
-    forms = [t if t.isascii() else token_form(t) for t in texts]  # isascii() is O(1) in CPython
+    forms = [  # isascii() is O(1) in CPython
+        t if t.isascii() else shingle_form(token_form(t), ignore_decoration=ignore_decoration) for t in texts
+    ]
     data = "\n".join([" ", *forms, _LOAD_PAD]).encode("utf-8").lower()
+    if ignore_decoration and b"https://" in data:  # the ASCII texts' https, found only once lower-cased
+        forms = [shingle_form(t.lower()) if t.isascii() else f for t, f in zip(texts, forms)]
+        data = "\n".join([" ", *forms, _LOAD_PAD]).encode("utf-8")
     if len(data) == sum(map(len, forms)) + n + 1 + len(_LOAD_PAD):  # all ASCII: bytes == chars
         sizes_of = map(len, forms)
     else:
@@ -437,6 +676,10 @@ def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndar
     edges = np.flatnonzero(space[1:] != space[:-1]) + 1
     starts = edges[0::2]
     sizes = edges[1::2] - starts
+    if ignore_decoration and len(starts):
+        keep = _undecorated(data, buf, starts, starts + sizes)
+        if not keep.all():
+            starts, sizes = starts[keep], sizes[keep]
     # A word is read as two unaligned little-endian 8-byte loads, its bytes 0-7 (lo) and 8-15 (hi),
     # the bytes past its end masked off: for a word of up to 16 bytes the pair is the word itself,
     # unless it ends in NUL bytes ("ab\0" loads as "ab"), so such words (only they: the value depends
@@ -467,7 +710,10 @@ def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndar
     # first_word[i] .. first_word[i + 1] - 1.
     first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths + 1)
     words_per_text = np.diff(first_word, append=len(starts))
-    counts = np.maximum(words_per_text - (ngram - 1), 0)
+    gram_texts = _gram_regime(words_per_text, short_tokens)
+    windows = words_per_text.copy()
+    windows[gram_texts] = 0
+    counts = np.maximum(windows - (ngram - 1), 0)
     m = len(words) - ngram + 1
     if m > 0:
         # Horner: sum of words[j + k] * C**(ngram - 1 - k), in place (uint64 arrays wrap silently).
@@ -476,45 +722,69 @@ def _stream_piece(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndar
             combined *= _STREAM_C
             combined += words[k : k + m]
         owner = np.repeat(np.arange(n), words_per_text)
-        hashed = combined[owner[:m] == owner[ngram - 1 :]]  # windows inside one text
+        valid = owner[:m] == owner[ngram - 1 :]  # windows inside one text
+        if len(gram_texts):
+            valid &= windows[owner[:m]] > 0
+        hashed = combined[valid]
     else:
         hashed = np.empty(0, dtype=np.uint64)
-    if n == 0 or words_per_text.min() >= ngram:
+    one = (windows > 0) & (windows < ngram)
+    if not one.any() and not len(gram_texts):
         return hashed, counts
-    short = (words_per_text > 0) & (words_per_text < ngram)
-    if not short.any():
-        return hashed, counts
-    # Short texts (1 <= words < ngram) have no window: their one shingle goes at their own offset.
-    counts = counts + short
-    out = np.empty(int(counts.sum()), dtype=np.uint64)
-    offsets = np.cumsum(counts) - counts
-    slots = np.ones(len(out), dtype=bool)
-    slots[offsets[short]] = False
-    out[slots] = hashed
-    values = []
-    for i in np.flatnonzero(short).tolist():
+    # The other texts have no windows: a short text's one shingle, or a gram-regime text's character
+    # grams, go at their own offsets.
+    special: dict[int, np.ndarray] = {}
+    for i in np.flatnonzero(one).tolist():
         w = words[first_word[i] : first_word[i] + words_per_text[i]].tolist()
-        values.append((len(w) * _SHORT_MARK + sum(x * _C[k] for k, x in enumerate(w))) & _MASK64)
-    out[offsets[short]] = np.array(values, dtype=np.uint64)
+        value = (len(w) * _SHORT_MARK + sum(x * _C[k] for k, x in enumerate(w))) & _MASK64
+        special[i] = np.array([value], dtype=np.uint64)
+    if len(gram_texts):
+        strings = _gram_strings(data, starts, starts + sizes, first_word, words_per_text, gram_texts)
+        grams, gram_counts = _char_grams(strings)
+        for i, part in zip(gram_texts.tolist(), np.split(grams, np.cumsum(gram_counts)[:-1])):
+            special[i] = part
+    for i, part in special.items():
+        counts[i] = len(part)
+    out = np.empty(int(counts.sum()), dtype=np.uint64)
+    offsets = (np.cumsum(counts) - counts).tolist()
+    slots = np.ones(len(out), dtype=bool)
+    for i, part in special.items():
+        slots[offsets[i] : offsets[i] + len(part)] = False
+        out[offsets[i] : offsets[i] + len(part)] = part
+    out[slots] = hashed
     return out, counts
 
 
-def shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarray:
+def shingle_hashes(
+    text: str, ngram: int = DEFAULT_NGRAM, *, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS
+) -> np.ndarray:
     """The sorted unique ``uint32`` shingle hashes of ``text`` (see the module docstring)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    return shingle_hashes_many([text], ngram)[0]
+    return shingle_hashes_many([text], ngram, ignore_decoration=ignore_decoration, short_tokens=short_tokens)[0]
 
 
-def reference_shingle_hashes(text: str, ngram: int = DEFAULT_NGRAM) -> np.ndarray:
-    """The same values as :func:`shingle_hashes`, one word at a time in pure Python (slow; for tests)."""
+def reference_shingle_hashes(
+    text: str, ngram: int = DEFAULT_NGRAM, *, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS
+) -> np.ndarray:
+    """The same values as :func:`shingle_hashes`, one token at a time in pure Python (slow; for tests).
+
+    The tokens are :func:`~rag_dedup.normalize.shingle_tokens` (the rule written out character by
+    character), hashed with the formulas of the module docstring.
+    """
     _check_ngram(ngram)
-    words = []
-    for word in canonical(text).encode("utf-8").split():
-        if word:
-            words.append(sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(word)) & _MASK64)
-    if not words:
+    check_rules(ignore_decoration, short_tokens)
+    tokens = shingle_tokens(text, ignore_decoration=ignore_decoration)
+    if not tokens:
         return np.empty(0, dtype=np.uint32)
+    if short_tokens and SHORT_MIN_TOKENS <= len(tokens) <= short_tokens:
+        points = [ord(ch) for ch in gram_text(" ".join(tokens))]
+        grams = set()
+        for i in range(len(points) - GRAM + 1):
+            total = (_GRAM_MARK + sum(points[i + k] * _C[k] for k in range(GRAM))) & _MASK64
+            grams.add(_fmix64_py(total) >> 32)
+        return np.array(sorted(grams), dtype=np.uint32)
+    words = [sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(t.encode("utf-8"))) & _MASK64 for t in tokens]
     if len(words) < ngram:
         total = len(words) * _SHORT_MARK + sum(w * _C[k] for k, w in enumerate(words))
         return np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)

@@ -29,10 +29,10 @@ from llama_index.retrievers.bm25 import BM25Retriever
 from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
-from rag_dedup.normalize import canonical
+from rag_dedup.normalize import canonical, gram_text, shingle_tokens
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.llama_index.retriever import DistinctRetriever
-from rag_dedup.shingles import shingle_hashes, shingle_stream
+from rag_dedup.shingles import GRAM, SHORT_MIN_TOKENS, SHORT_TOKENS, shingle_hashes, shingle_stream
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix, query_shingles
 from rag_dedup.llama_index.transform import DedupTransform
 
@@ -315,7 +315,7 @@ def test_merge_overlaps_refuses_windows_whose_positions_do_not_match_their_text(
     """Regression: splicing by positions that do not describe the text would invent a passage."""
     source = {NodeRelationship.SOURCE: Document(text="unused", id_="d").as_related_node_info()}
     a = TextNode(text=distinct_texts[6][:100], id_="a", start_char_idx=0, end_char_idx=100, relationships=source)
-    b = TextNode(text=distinct_texts[7][:100], id_="b", start_char_idx=50, end_char_idx=150, relationships=source)
+    b = TextNode(text=distinct_texts[12][:100], id_="b", start_char_idx=50, end_char_idx=150, relationships=source)
     kept = DedupPostprocessor(merge_overlaps=True).postprocess_nodes(
         [NodeWithScore(node=a, score=2.0), NodeWithScore(node=b, score=1.0)]
     )
@@ -394,12 +394,20 @@ def test_jaccard_matrix_on_real_chunks_is_symmetric_with_unit_diagonal(chunks):
 
 
 def reference_shingles(text: str, ngram: int = 5) -> set[tuple[str, ...]]:
-    """The definition, word tuples and all: words of canonical(text); fewer than ngram words make one
-    shingle of all of them; no words, no shingles."""
-    words = canonical(text).split()
+    """The definition, token tuples and all (see reference_shingle_list)."""
+    return set(reference_shingle_list(text, ngram))
+
+
+def reference_shingle_list(text: str, ngram: int = 5) -> list[tuple[str, ...]]:
+    """Tokens of shingle_tokens(text); 3 to SHORT_TOKENS tokens make character trigrams of their
+    gram_text; fewer than ngram tokens make one shingle of all of them; no tokens, no shingles."""
+    words = shingle_tokens(text)
+    if SHORT_MIN_TOKENS <= len(words) <= SHORT_TOKENS:
+        chars = gram_text(" ".join(words))
+        return [("gram", chars[i : i + GRAM]) for i in range(len(chars) - GRAM + 1)]
     if len(words) < ngram:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)}
+        return [tuple(words)] if words else []
+    return [tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
 
 
 def reference_jaccard(a: set, b: set) -> float:
@@ -496,10 +504,7 @@ def test_shingle_stream_hashes_equal_exactly_the_equal_shingles_of_the_whole_cor
         owner_of: dict[int, tuple[str, ...]] = {}
         position = 0
         for text, count in zip(texts, counts.tolist()):
-            words = canonical(text).split()
-            shingles = [tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
-            if 0 < len(words) < ngram:
-                shingles = [tuple(words)]
+            shingles = reference_shingle_list(text, ngram)
             assert len(shingles) == count
             for value, shingle in zip(hashes[position : position + count].tolist(), shingles):
                 assert owner_of.setdefault(value, shingle) == shingle
