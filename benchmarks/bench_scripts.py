@@ -54,7 +54,8 @@ from realtext import machine_words  # noqa: E402
 from rag_dedup import DedupIndex  # noqa: E402
 from rag_dedup.minhash import MinHasher  # noqa: E402
 from rag_dedup.normalize import SPLIT_SCRIPTS, canonical  # noqa: E402
-from rag_dedup.shingles import SHORT_TOKENS, jaccard, shingle_hashes_many  # noqa: E402
+from rag_dedup.shingles import SHORT_TOKENS, shingle_hashes_many  # noqa: E402
+from rag_dedup.similarity import jaccard  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 #: The commit whose shingling is the baseline (the last one before script-aware tokens).

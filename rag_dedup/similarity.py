@@ -18,7 +18,7 @@ Example:
     >>> a = shingle_hashes("the quick brown fox jumps over the lazy dog")
     >>> b = shingle_hashes("The  quick brown fox jumps over the lazy cat")
     >>> round(jaccard(a, b), 3), jaccard(a, a), round(float(jaccard_matrix([a, b])[0, 1]), 3)
-    (0.667, 1.0, 0.667)
+    (0.857, 1.0, 0.857)
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def jaccard(a: np.ndarray | str, b: np.ndarray | str, ngram: int = DEFAULT_NGRAM
 
     Example:
         >>> jaccard("the quick brown fox jumps over the lazy dog", "The  quick brown fox jumps over the lazy cat")
-        0.6666666666666666
+        0.8571428571428571
     """
     if isinstance(a, str) and isinstance(b, str):
         a, b = shingle_hashes(a, ngram), shingle_hashes(b, ngram)
@@ -417,7 +417,7 @@ class TextSimilarity:
         >>> sim = TextSimilarity()
         >>> m = sim.matrix(["one two three four five six", "one two three four five seven", "other"], ngram=5)
         >>> m.round(3).tolist()
-        [[1.0, 0.333, 0.0], [0.333, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        [[1.0, 0.793, 0.0], [0.793, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
 
     __slots__ = ("_cache",)

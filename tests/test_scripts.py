@@ -14,13 +14,13 @@ from rag_dedup import DedupIndex
 from rag_dedup.index import IndexMismatchError
 from rag_dedup.normalize import shingle_tokens, token_form
 from rag_dedup.shingles import (
-    jaccard,
     reference_shingle_hashes,
     shingle_hashes,
     shingle_hashes_many,
     shingle_stream,
     shingles_and_digests,
 )
+from rag_dedup.similarity import jaccard
 
 DATA = Path(__file__).parent / "data"
 SCRIPTS = DATA / "scripts"
