@@ -4,34 +4,43 @@ Real paragraphs of 6-15 sentences are inserted into two different real host docu
 sentence offsets; both hosts are chunked, and the passage counts as *found* when a chunk of host A
 that overlaps the passage and a chunk of host B that overlaps it are duplicates in
 ``DedupIndex(threshold=0.8)`` (B's chunks are added, A's are looked up with ``index.query``; only
-chunks that touch the passage count, so text the two hosts happen to share cannot help). Reported
-side by side for ``SentenceChunker`` and LlamaIndex's ``SentenceSplitter`` with the same
-``chunk_size`` and ``chunk_overlap``, in two insertion modes:
+chunks that touch the passage count, so text the two hosts happen to share cannot help). Two
+insertion modes:
 
 * ``paragraph``: the passage is a paragraph of its own (a blank line before and after), the way a
   copied paragraph sits in a document;
 * ``inline``: the passage is spliced into the host's running text with a space, no break around it.
 
-"Spanning" passages are those that overlap two or more chunks in both hosts (a boundary falls
-inside them in both). "tokens/chunk" is the mean size of the chunks that touch the passage, "host
-chunks" the number of chunks of all host documents as they are (without passages). The last
-column splits the spanning passages by their own size in tokens: spliced into running text, a passage
-can only be found if a chunk of each host lies almost wholly inside it (Jaccard 0.8 leaves room for
-about a tenth of host text in each), so passages shorter than a chunk are found far less often. The
-rows ``mean_body=N`` are SentenceChunker with a smaller ``mean_body_size`` (the default is half of
-``chunk_size - chunk_overlap``: 96 tokens): more, smaller chunks, and the found rate that buys. Then
-the throughput of both chunkers on the same documents with the same tokenizer (LlamaIndex's
-default), in one run, and SentenceChunker's time per MB on one-line documents of 0.5 to 5 MB
-(linear time).
+Found rates are split by the passage's own size in chunk budgets (``chunk_size`` tokens): spliced
+into running text, a passage can only be found if a chunk of each host lies almost wholly inside it
+(Jaccard 0.8 leaves room for about a tenth of host text in each), so short passages need small
+chunks. Sizes: ``touch`` is the mean tokens of the chunks that touch the passage (chunks in running
+text), ``all`` the mean tokens of all chunks of the host documents as they are (headings and short
+blocks make small chunks), ``chunks`` their number, against ``SentenceSplitter(256, 64)``'s.
+
+The inline rows form a curve of found rate against chunk size, several settings of each rule:
+
+* ``SentenceChunker`` with ``chunk_target`` T (the default is 7/16 of ``chunk_size``);
+* ``plain k=K``, the issue's reference rule: cut after each sentence whose hash is 0 mod K, cut
+  before a sentence that would overflow the body budget, overlap by whole trailing sentences, no
+  minimum size, paragraph breaks as SentenceChunker's;
+* ``0.1 rule``, SentenceChunker's rule before this change (a body ends at a content-defined cut only
+  once it holds half the mean body, 96 tokens at 256/64), the named baseline;
+* ``SentenceSplitter(S, S/4)`` at sizes matching the others.
+
+Then the throughput of SentenceChunker and SentenceSplitter on the same documents with the same
+tokenizer (LlamaIndex's default), in one run, with the process's peak RSS, and SentenceChunker's
+time per MB on one-line documents of 0.5 to 5 MB (linear time).
 
 Text (from this machine; tests/data/corpus if the Debian documentation is missing):
 
 * passages: paragraphs (a single block of 6-15 punkt sentences, at most 4000 characters) of
-  /usr/share/common-licenses/* and /usr/share/doc/*/README*;
+  /usr/share/common-licenses/*, /usr/share/doc/*/README* and the GNU info manuals
+  /usr/share/info/*.gz, each distinct paragraph used about equally often;
 * hosts: /usr/share/doc/*/copyright and /usr/share/doc/*/NEWS* of 4-60 KB;
-* byte-identical files are read once.
+* byte-identical files and repeated paragraphs are read once.
 
-Run: ``python benchmarks/bench_chunking.py [--passages 300] [--seed 7] [--mean-bodies 48,32,16] [--quick]``
+Run: ``python benchmarks/bench_chunking.py [--passages 300] [--seed 7] [--quick]``
 """
 
 from __future__ import annotations
@@ -44,24 +53,30 @@ import hashlib
 import os
 import random
 import re
+import resource
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from llama_index.core import Document
-from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.utils import get_tokenizer
-
-from rag_dedup import DedupIndex
-from rag_dedup.chunking.blocks import blocks as _blocks
-from rag_dedup.llama_index.chunking import SentenceChunker
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the checkout's rag_dedup, not an installed one
+
+from llama_index.core import Document  # noqa: E402
+from llama_index.core.node_parser import SentenceSplitter  # noqa: E402
+from llama_index.core.utils import get_tokenizer  # noqa: E402
+
+from rag_dedup import DedupIndex  # noqa: E402
+from rag_dedup.chunking import CONTINUES, STARTS_HEADING, Chunker, Units  # noqa: E402
+from rag_dedup.chunking.blocks import blocks as _blocks  # noqa: E402
+from rag_dedup.chunking.cuts import _cut_probability, _forced_cut  # noqa: E402
+from rag_dedup.llama_index.chunking import SentenceChunker  # noqa: E402
+
 CORPUS = REPO / "tests" / "data" / "corpus"
 PARAGRAPH = re.compile(r"\S(?:.|\n(?![ \t]*\n))*")  # runs of non-blank lines
-# Passage sizes in tokens, against the default body budget (chunk_size - chunk_overlap = 192): a
-# passage spliced into running text can only be found if some chunk lies (almost) wholly inside it.
-TOKEN_BUCKETS = (("<128", 128), ("128-191", 192), ("192-255", 256), (">=256", 10**9))
+BUCKETS = (("<0.5", 0.5), ("0.5-1", 1.0), ("1-2", 2.0), (">=2", float("inf")))  # passage tokens / chunk_size
+Spans = Callable[[str], list[tuple[int, int]]]
 
 
 def _read(path: str) -> str | None:
@@ -91,9 +106,14 @@ def _unique(paths: list[str], min_chars: int = 0, max_chars: int = 10**9) -> lis
 
 
 def sources() -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
-    passage_docs = _unique(glob.glob("/usr/share/common-licenses/*") + glob.glob("/usr/share/doc/*/README*"))
+    passage_docs = _unique(
+        glob.glob("/usr/share/common-licenses/*") + glob.glob("/usr/share/doc/*/README*") + glob.glob("/usr/share/info/*.gz")
+    )
     hosts = _unique(glob.glob("/usr/share/doc/*/copyright") + glob.glob("/usr/share/doc/*/NEWS*"), 4000, 60000)
-    where = "passages: /usr/share/common-licenses/*, /usr/share/doc/*/README*; hosts: /usr/share/doc/*/{copyright,NEWS*}"
+    where = (
+        "passages: /usr/share/common-licenses/*, /usr/share/doc/*/README*, /usr/share/info/*.gz; "
+        "hosts: /usr/share/doc/*/{copyright,NEWS*}"
+    )
     if len(passage_docs) < 5 or len(hosts) < 10:
         licences = sorted(str(p) for p in (CORPUS / "licenses").glob("*.txt"))
         copyrights = sorted(str(p) for p in (CORPUS / "copyright").glob("*.txt"))
@@ -102,28 +122,30 @@ def sources() -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
     return passage_docs, hosts, where
 
 
-def paragraphs(docs: list[tuple[str, str]], chunker: SentenceChunker) -> list[tuple[str, int]]:
-    out = []
+def paragraphs(docs: list[tuple[str, str]], chunker: Chunker) -> list[str]:
+    """Distinct single-block paragraphs of 6-15 sentences and at most 4000 characters."""
+    out, seen = [], set()
     for _, text in docs:
         for m in PARAGRAPH.finditer(text):
             para = m.group().strip()
-            if len(para) > 4000 or len(list(_blocks(para))) != 1:
+            if len(para) > 4000 or para in seen or len(list(_blocks(para))) != 1:
                 continue
-            n = len(chunker.sentence_spans(para))
-            if 6 <= n <= 15:
-                out.append((para, n))
+            if 6 <= len(chunker.sentence_spans(para)) <= 15:
+                seen.add(para)
+                out.append(para)
     return out
 
 
-def make_trials(paras, hosts, n, seed, mode, chunker):
+def make_trials(paras: list[str], hosts: list[tuple[str, str]], n: int, seed: int, mode: str, chunker: Chunker):
     rng = random.Random(seed)
+    order = list(range(len(paras)))
+    rng.shuffle(order)  # each paragraph once before any twice
     sentence_starts: dict[int, list[int]] = {}
     trials = []
-    for _ in range(n):
-        para, n_sentences = rng.choice(paras)
-        pair = rng.sample(range(len(hosts)), 2)
+    for t in range(n):
+        para = paras[order[t % len(order)]]
         docs = []
-        for h in pair:
+        for h in rng.sample(range(len(hosts)), 2):
             host = hosts[h][1]
             if h not in sentence_starts:
                 sentence_starts[h] = [s for s, _ in chunker.sentence_spans(host)]
@@ -135,48 +157,100 @@ def make_trials(paras, hosts, n, seed, mode, chunker):
                 prefix = host[:offset].rstrip() + "\n\n" if host[:offset].strip() else ""
                 text = prefix + para + "\n\n" + host[offset:]
             docs.append((text, len(prefix), len(prefix) + len(para)))
-        trials.append((n_sentences, docs))
+        trials.append((para, docs))
     return trials
 
 
-def chunk_spans(chunker, text: str) -> list[tuple[int, int]]:
-    if isinstance(chunker, SentenceChunker):
-        return chunker.chunk_spans(text)
-    nodes = chunker.get_nodes_from_documents([Document(text=text)])
-    return [(n.start_char_idx, n.end_char_idx) for n in nodes]
+def reference_spans(core: Chunker, chunk_target_mean: float, min_body: int, mod: int | None) -> Spans:
+    """The reference rules on SentenceChunker's units and paragraph breaks: ``mod`` set, the plain
+    rule (cut after a sentence whose hash is 0 mod ``mod``; cut before an overflowing sentence);
+    else the 0.1 rule (token-weighted cuts of mean ``chunk_target_mean`` once a body holds
+    ``min_body`` tokens; the most cut-like sentence when the budget runs out). Both overlap by
+    whole trailing sentences of the previous body."""
+    size, overlap = core.chunk_size, core.chunk_overlap
+    body_max = size - overlap
+    min_block = max(1, body_max // 3)
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        units: Units = core.units(text, size)
+        tokens, gaps, kinds, blocks = units.tokens, units.gaps, units.kinds, units.block_tokens
+        n = len(tokens)
+        hard, last = [False] * n, 0
+        for i in range(n):
+            if kinds[i] != CONTINUES:
+                hard[i] = i > 0 and (kinds[i] == STARTS_HEADING or blocks[i] >= min_block or last >= min_block)
+                last = blocks[i]
+        out, prev_body, s = [], 0, 0
+        while s < n:
+            acc, i, end = 0, s, -1
+            while i < n and tokens[s] <= body_max:
+                if i > s and hard[i]:
+                    end = i
+                    break
+                cost = tokens[i] if i == s else tokens[i] + gaps[i]
+                if acc + cost > body_max:
+                    break
+                acc += cost
+                i += 1
+                score = units.score(i - 1)
+                cut = int(score * 2**32) % mod == 0 if mod else score < _cut_probability(tokens[i - 1], chunk_target_mean)
+                if acc >= min_body and cut:
+                    end = i
+                    break
+            if end < 0:
+                if tokens[s] > body_max:
+                    end = s + 1
+                elif i >= n:
+                    end = n
+                else:
+                    end = i if mod else _forced_cut(tokens, gaps, units.score, s, i, body_max)
+            body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
+            first = s
+            if out and kinds[s] == CONTINUES:
+                room, rest = min(overlap, size - body), gaps[s]
+                while first > prev_body + 1 and tokens[first - 1] + rest <= room:
+                    first -= 1
+                    rest += tokens[first] + gaps[first]
+                    if kinds[first] != CONTINUES:
+                        break
+            out.append((units.starts[first], units.ends[end - 1]))
+            prev_body, s = s, end
+        return out
+
+    return spans
 
 
-def evaluate(chunker, trials, tokenizer) -> dict:
-    found = spanning = found_spanning = 0
-    by_length: dict[str, list[int]] = {}
+def splitter_spans(splitter: SentenceSplitter) -> Spans:
+    def spans(text: str) -> list[tuple[int, int]]:
+        nodes = splitter.get_nodes_from_documents([Document(text=text)])
+        return [(n.start_char_idx, n.end_char_idx) for n in nodes]
+
+    return spans
+
+
+def evaluate(spans: Spans, trials, tokenizer, chunk_size: int) -> dict:
+    found = 0
+    by: dict[str, list[int]] = {}
     sizes: list[int] = []
-    for n_sentences, docs in trials:
+    for para, docs in trials:
         touching = []
         for text, start, end in docs:
-            spans = chunk_spans(chunker, text)
-            touching.append([text[s:e] for s, e in spans if s < end and e > start])
+            touching.append([text[s:e] for s, e in spans(text) if s < end and e > start])
         index = DedupIndex(threshold=0.8)
         index.add_many((f"B{j}", chunk) for j, chunk in enumerate(touching[1]))
         hit = any(key.startswith("B") for chunk in touching[0] for key, _ in index.query(chunk))
-        spans_two = min(len(touching[0]), len(touching[1])) >= 2
         found += hit
-        spanning += spans_two
-        found_spanning += hit and spans_two
-        text, start, end = docs[0]
-        n_tokens = len(tokenizer(text[start:end]))
-        bucket = next(label for label, limit in TOKEN_BUCKETS if n_tokens < limit)
-        if spans_two:
-            counts = by_length.setdefault(bucket, [0, 0])
-            counts[0] += hit
-            counts[1] += 1
-        sizes.extend(len(tokenizer(c)) for c in touching[0])
-    return {
-        "found": found,
-        "spanning": spanning,
-        "found_spanning": found_spanning,
-        "by_length": by_length,
-        "tokens": statistics.mean(sizes) if sizes else 0.0,
-    }
+        budgets = len(tokenizer(para)) / chunk_size
+        counts = by.setdefault(next(label for label, limit in BUCKETS if budgets < limit), [0, 0])
+        counts[0] += hit
+        counts[1] += 1
+        sizes.extend(len(tokenizer(c)) for chunk_list in touching for c in chunk_list)
+    return {"found": found / len(trials), "by": by, "touch": statistics.mean(sizes)}
+
+
+def host_sizes(spans: Spans, hosts, tokenizer) -> tuple[int, float]:
+    sizes = [len(tokenizer(text[s:e])) for _, text in hosts for s, e in spans(text)]
+    return len(sizes), statistics.mean(sizes)
 
 
 def throughput(make, documents, repeats: int) -> tuple[float, int]:
@@ -207,73 +281,72 @@ def one_line_document(words: list[str], n_chars: int, punctuated: bool, rng: ran
     return " ".join(out)[:n_chars]
 
 
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--chunk-size", type=int, default=256)
-    parser.add_argument("--chunk-overlap", type=int, default=64)
-    parser.add_argument(
-        "--mean-bodies", default="48,32,16", help="smaller mean_body_size values to show beside the default"
-    )
-    parser.add_argument("--quick", action="store_true", help="100 passages, one timing run, scaling up to 2 MB")
+    parser.add_argument("--targets", default="128,96,80,64,48", help="chunk_target values for the curve")
+    parser.add_argument("--quick", action="store_true", help="100 passages, fewer curve points, one timing run, scaling up to 2 MB")
     args = parser.parse_args()
-    mean_bodies = [int(m) for m in args.mean_bodies.split(",") if m]
     if args.quick:
         args.passages = min(args.passages, 100)
     tokenizer = get_tokenizer()
-    size, overlap = args.chunk_size, args.chunk_overlap
-
-    def ours() -> SentenceChunker:
-        return SentenceChunker(chunk_size=size, chunk_overlap=overlap)
-
-    def theirs() -> SentenceSplitter:
-        return SentenceSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tokenizer)
+    size, overlap = 256, 64
+    core = Chunker(tokenizer, chunk_size=size, chunk_overlap=overlap)
 
     passage_docs, hosts, where = sources()
-    paras = paragraphs(passage_docs, ours())
+    paras = paragraphs(passage_docs, core)
     print(f"text: {where}")
-    print(
-        f"      {len(paras)} paragraphs of 6-15 sentences from {len(passage_docs)} files; "
-        f"{len(hosts)} host documents"
-    )
-    print(f"settings: chunk_size={size} chunk_overlap={overlap}, DedupIndex(threshold=0.8), {args.passages} passages, seed {args.seed}")
+    print(f"      {len(paras)} distinct paragraphs of 6-15 sentences from {len(passage_docs)} files; {len(hosts)} host documents")
+    print(f"settings: chunk_size={size} chunk_overlap={overlap}, DedupIndex(threshold=0.8), {args.passages} passages per mode, seed {args.seed}")
+
+    def ours(target: int | None = None) -> Spans:
+        return SentenceChunker(chunk_size=size, chunk_overlap=overlap, chunk_target=target).chunk_spans
+
+    def theirs(s: int) -> Spans:
+        return splitter_spans(SentenceSplitter(chunk_size=s, chunk_overlap=s // 4, tokenizer=tokenizer))
+
+    targets = [int(t) for t in args.targets.split(",")][: 3 if args.quick else None]
+    curve: list[tuple[str, Spans]] = [("SentenceChunker (default)", ours())]
+    curve += [(f"SentenceChunker target={t}", ours(t)) for t in targets if t != 7 * size // 16]
+    curve += [(f"plain k={k}", reference_spans(core, 0, 0, k)) for k in ((3, 2) if args.quick else (5, 4, 3, 2))]
+    curve.append(("0.1 rule (baseline)", reference_spans(core, 96.0, 48, None)))
+    curve += [(f"SentenceSplitter({s}, {s // 4})", theirs(s)) for s in ((256, 128) if args.quick else (256, 192, 128, 96, 64))]
+    paragraph_rows = [curve[0], curve[-1 - (1 if args.quick else 4)], next(r for r in curve if r[0].startswith("0.1"))]
+    baseline_chunks, _ = host_sizes(theirs(256), hosts, tokenizer)
+
     print()
-    print(
-        f"{'mode':<10} {'chunker':<17} {'found':>15} {'spanning':>9} {'found|spanning':>18} {'tokens/chunk':>13}"
-        f" {'host chunks':>12}   by passage tokens (spanning)"
-    )
-    for mode in ("paragraph", "inline"):
-        trials = make_trials(paras, hosts, args.passages, args.seed, mode, ours())
-        rows = [("SentenceChunker", ours)]
-        rows += [
-            (f"  mean_body={m}", lambda m=m: SentenceChunker(chunk_size=size, chunk_overlap=overlap, mean_body_size=m))
-            for m in mean_bodies
-        ]
-        rows.append(("SentenceSplitter", theirs))
-        for name, make in rows:
-            r = evaluate(make(), trials, tokenizer)
-            n_chunks = sum(len(chunk_spans(make(), text)) for _, text in hosts)
-            n = len(trials)
-            spanning = r["spanning"]
-            rate = r["found_spanning"] / spanning if spanning else float("nan")
-            order = [label for label, _ in TOKEN_BUCKETS]
-            lengths = "  ".join(f"{k}: {v[0]}/{v[1]}" for k, v in sorted(r["by_length"].items(), key=lambda kv: order.index(kv[0])))
+    print(f"{'mode':<10} {'rule':<28} {'found':>6}   {'<0.5':>10} {'0.5-1':>10} {'1-2':>10} {'>=2':>10}   {'touch':>5} {'all':>5} {'chunks':>7} {'vs SS256':>8}")
+    for mode, rows in (("paragraph", paragraph_rows), ("inline", curve)):
+        trials = make_trials(paras, hosts, args.passages, args.seed, mode, core)
+        for name, spans in rows:
+            r = evaluate(spans, trials, tokenizer, size)
+            n_chunks, mean_all = host_sizes(spans, hosts, tokenizer)
+            cells = " ".join(
+                f"{r['by'][k][0] / r['by'][k][1]:>4.2f} ({r['by'][k][1]:>3})" if k in r["by"] else f"{'-':>10}" for k, _ in BUCKETS
+            )
             print(
-                f"{mode:<10} {name:<17} {r['found']:>4}/{n:<4} {r['found'] / n:6.1%} {spanning:>9} "
-                f"{r['found_spanning']:>5}/{spanning:<5} {rate:6.1%} {r['tokens']:>13.0f} {n_chunks:>12}   {lengths}"
+                f"{mode:<10} {name:<28} {r['found']:>6.3f}   {cells}   {r['touch']:>5.0f} {mean_all:>5.0f} {n_chunks:>7} "
+                f"{n_chunks / baseline_chunks:>7.2f}x",
+                flush=True,
             )
     print()
 
     documents = [Document(text=text, id_=path) for path, text in hosts + passage_docs]
     megabytes = sum(len(d.text.encode()) for d in documents) / 1e6
     repeats = 1 if args.quick else 3
-    t_ours, n_ours = throughput(ours, documents, repeats)
-    t_theirs, n_theirs = throughput(theirs, documents, repeats)
+    rss_before = _rss_mb()
+    t_ours, n_ours = throughput(lambda: SentenceChunker(chunk_size=size, chunk_overlap=overlap), documents, repeats)
+    t_theirs, n_theirs = throughput(lambda: SentenceSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tokenizer), documents, repeats)
     print(
         f"throughput ({len(documents)} documents, {megabytes:.1f} MB, same tokenizer, best of {repeats}): "
         f"SentenceChunker {megabytes / t_ours:.2f} MB/s ({n_ours} nodes), "
-        f"SentenceSplitter {megabytes / t_theirs:.2f} MB/s ({n_theirs} nodes), ratio {t_theirs / t_ours:.2f}x"
+        f"SentenceSplitter(256, 64) {megabytes / t_theirs:.2f} MB/s ({n_theirs} nodes), ratio {t_theirs / t_ours:.2f}x; "
+        f"peak RSS {_rss_mb():.0f} MB (before timing {rss_before:.0f} MB)"
     )
 
     rng = random.Random(args.seed)
@@ -283,7 +356,7 @@ def main() -> None:
         cells = []
         for mb in sizes_mb:
             text = one_line_document(words, int(mb * 1e6), punctuated, rng)
-            chunker = ours()
+            chunker = SentenceChunker(chunk_size=size, chunk_overlap=overlap)
             t0 = time.perf_counter()
             n_chunks = len(chunker.chunk_spans(text))
             elapsed = time.perf_counter() - t0

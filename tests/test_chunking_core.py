@@ -83,7 +83,7 @@ def test_reserved_tokens_shrink_the_budget_like_sentence_splitter(texts: list[st
         pytest.param({"chunk_size": 4}, ValueError, r"chunk_size \(4\) must be at least 8", id="size-small"),
         pytest.param({"chunk_overlap": 256}, ValueError, r"chunk_overlap \(256\) .* smaller than chunk_size \(256\)", id="overlap"),
         pytest.param({"chunk_size": 12.5}, TypeError, r"chunk_size must be an int, got float", id="size-type"),
-        pytest.param({"mean_body_size": 0}, ValueError, r"mean_body_size \(0\)", id="mean"),
+        pytest.param({"chunk_target": 0}, ValueError, r"chunk_target \(0\) must be between 1 and chunk_size \(256\)", id="target"),
         pytest.param({"language": "../etc"}, ValueError, r"language \('../etc'\)", id="language"),
     ],
 )
@@ -100,7 +100,7 @@ def test_bad_input_is_a_type_error() -> None:
 
 
 def test_pickles_as_its_settings_and_tokenizer(texts: list[str]) -> None:
-    chunker = Chunker(str.split, chunk_size=64, chunk_overlap=16, mean_body_size=20)
+    chunker = Chunker(str.split, chunk_size=64, chunk_overlap=16, chunk_target=20)
     clone = pickle.loads(pickle.dumps(chunker))
     assert repr(clone) == repr(chunker)
     assert clone.chunks(texts[1]) == chunker.chunks(texts[1])

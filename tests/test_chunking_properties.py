@@ -158,7 +158,7 @@ def _cost(units: Units, first: int, end: int) -> int:
 def test_plan_invariants(units: Units, chunk_size: int, overlap_share: float, mean: float) -> None:
     overlap = min(chunk_size - 1, int(chunk_size * overlap_share))
     body_max = chunk_size - overlap
-    plan = plan_chunks(units, chunk_size, overlap, mean, min_block=max(1, body_max // 3), min_body=body_max // 4)
+    plan = plan_chunks(units, chunk_size, overlap, mean, min_block=max(1, body_max // 3))
     n = len(units.tokens)
     assert [b for _, b, _ in plan] == [0, *[e for _, _, e in plan]][: len(plan)]  # bodies tile the units
     assert (plan[-1][2] if plan else 0) == n

@@ -177,7 +177,7 @@ def read_corpus(path: Path, globs: Sequence[str] = DEFAULT_GLOBS, excludes: Sequ
     return corpus
 
 
-def chunk_corpus(corpus: Corpus, chunk_size: int, chunk_overlap: int) -> list[Any]:
+def chunk_corpus(corpus: Corpus, chunk_size: int, chunk_overlap: int, chunk_target: int | None = None) -> list[Any]:
     """Cut every document into chunks: a list of :class:`~rag_dedup.app.report.Chunk` with stable keys.
 
     The key of a chunk is ``"<source>#<n>"`` (n counted per source, zero-padded), so keys are the
@@ -186,7 +186,7 @@ def chunk_corpus(corpus: Corpus, chunk_size: int, chunk_overlap: int) -> list[An
     from rag_dedup.llama_index.chunking import SentenceChunker
     from rag_dedup.app.report import Chunk
 
-    chunker = SentenceChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    chunker = SentenceChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap, chunk_target=chunk_target)
     counters: dict[str, int] = {}
     chunks: list[Chunk] = []
     for rel, doc in _progress(corpus.documents, total=len(corpus.documents), desc="chunking", unit="doc"):
@@ -479,6 +479,8 @@ def _add_corpus_args(p: argparse.ArgumentParser, *, threshold: bool = True) -> N
     p.add_argument("--chunk-size", type=_positive, default=256, help="tokens per chunk (default 256)")
     p.add_argument("--chunk-overlap", type=_non_negative, default=64,
                    help="tokens shared by consecutive chunks (default 64)")
+    p.add_argument("--chunk-target", type=_positive, default=None,
+                   help="mean tokens per chunk to aim for, at most --chunk-size (default half of it)")
     p.add_argument("--num-perm", type=_positive, default=128, help="MinHash permutations (default 128)")
     p.add_argument("--ngram", type=_positive, default=5, help="words per shingle (default 5)")
 
@@ -540,11 +542,13 @@ def _corpus_chunks(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         raise UsageError(
             f"--chunk-overlap ({args.chunk_overlap}) must be smaller than --chunk-size ({args.chunk_size})"
         )
+    if args.chunk_target is not None and args.chunk_target > args.chunk_size:
+        raise UsageError(f"--chunk-target ({args.chunk_target}) must not exceed --chunk-size ({args.chunk_size})")
     corpus = read_corpus(Path(args.path), tuple(args.glob or DEFAULT_GLOBS), tuple(args.exclude))
     if not corpus.documents:
         reasons = "; ".join(f"{k.path}: {k.reason}" for k in corpus.skipped[:5])
         raise UsageError(f"no readable documents in {args.path} ({len(corpus.skipped)} skipped: {reasons})")
-    chunks = chunk_corpus(corpus, args.chunk_size, args.chunk_overlap)
+    chunks = chunk_corpus(corpus, args.chunk_size, args.chunk_overlap, args.chunk_target)
     if not chunks:
         raise UsageError(f"the documents in {args.path} contain no text to chunk")
     return corpus, chunks

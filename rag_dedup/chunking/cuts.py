@@ -40,7 +40,6 @@ def plan_chunks(
     chunk_overlap: int,
     mean_body: float,
     min_block: int,
-    min_body: int = 0,
 ) -> list[tuple[int, int, int]]:
     """Group units into chunks by the content-defined rules: numbers in, unit indices out.
 
@@ -48,8 +47,9 @@ def plan_chunks(
 
     * before a heading, and before a block when that block or the block before it has at least
       ``min_block`` tokens;
-    * after unit ``i`` when the body has at least ``min_body`` tokens and
-      ``scores[i] < 1 - exp(-tokens[i] / mean_body)``;
+    * after unit ``i`` when ``scores[i] < 1 - exp(-tokens[i] / mean_body)``: a decision of that
+      unit alone, whatever came before it (no minimum body size, which would make each cut depend
+      on the previous one and leave the cuts inside a shared passage to resynchronise);
     * otherwise at :func:`_forced_cut` when the next unit would take it past
       ``chunk_size - chunk_overlap`` tokens.
 
@@ -93,7 +93,7 @@ def plan_chunks(
                     break
                 acc += cost
                 i += 1
-                if acc >= min_body and score(i - 1) < _cut_probability(tokens[i - 1], mean_body):
+                if score(i - 1) < _cut_probability(tokens[i - 1], mean_body):
                     end = i
                     break
             body = acc  # the cost of units [s, i), and i == end unless the cut is forced

@@ -37,8 +37,8 @@ class Units:
     ``block_tokens[i]`` is the size of the block that unit ``i`` starts, counted as a chunk of it
     would be (0 if it starts none).
     ``scores[i]`` is the unit's cut score (:func:`~rag_dedup.chunking.cuts.unit_hash` of its text), or None until
-    :meth:`score` computes it with ``score_of(text[starts[i]:ends[i]])``: most units never need one
-    (a body shorter than ``min_body`` cannot end), so :func:`build_units` leaves them to be computed.
+    :meth:`score` computes it with ``score_of(text[starts[i]:ends[i]])``: a unit before a hard cut
+    or past the size limit needs none, so :func:`build_units` leaves them to be computed.
     """
 
     __slots__ = ("_score_of", "_text", "block_tokens", "ends", "gaps", "kinds", "scores", "starts", "tokens")

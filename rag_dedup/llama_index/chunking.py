@@ -47,7 +47,7 @@ from llama_index.core.schema import (
 from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker, Span, TokenCounts
-from rag_dedup.chunking.chunker import check_text
+from rag_dedup.chunking.chunker import MIN_CHUNK_SIZE, check_text
 from rag_dedup.llama_index._nodes import build_text_nodes, related_node_info
 
 __all__ = ["SentenceChunker"]
@@ -80,21 +80,26 @@ class SentenceChunker(MetadataAwareTextSplitter):
     * Node ids are uuid5 of (document id, start, end), so re-chunking gives the same ids, unless an
       ``id_func`` is given.
 
-    ``chunk_size`` counts the text only by default, so that a passage is cut the same way in
-    documents whose metadata differ; ``metadata_aware=True`` reserves room for the metadata string
-    as LlamaIndex's ``SentenceSplitter`` does.
+    As for LlamaIndex's ``SentenceSplitter``, each document's metadata string (the longer of its
+    embed and LLM forms) is counted in ``chunk_size`` (``metadata_aware=False`` counts the text
+    only), metadata longer than ``chunk_size`` raises ``ValueError("Metadata length (N) is longer
+    than chunk size (M)...")``, and metadata that leaves fewer than 50 tokens warns. The
+    content-defined cuts do not depend on the metadata (only the size limit does), so a passage is
+    still cut alike in documents whose metadata differ.
 
     Args:
         chunk_size: maximum tokens per chunk, overlap included.
         chunk_overlap: maximum tokens repeated from the previous chunk; below ``chunk_size``.
-        mean_body_size: mean tokens between sentence cuts (a body is at least half of it before a
-            sentence may end it); default ``(chunk_size - chunk_overlap) // 2``. Smaller gives more,
-            smaller chunks, and finds more passages copied into the middle of paragraphs, where no
-            paragraph break marks them: such a passage is found only if it holds a whole chunk. In
-            ``benchmarks/bench_chunking.py`` (6-15-sentence passages, 256/64), 16 finds 98% of them with
-            chunks of about 45 tokens; the default finds 59% with chunks of about 135.
+        chunk_target: the mean tokens per chunk to aim for in running text, overlap included (at
+            most ``chunk_size``, which stays the maximum); default ``7 * chunk_size // 16`` (112 at
+            256: chunks inside paragraphs then average about 104 tokens, all chunks of real
+            documents fewer, about 80, as headings and short blocks make small chunks). Smaller finds more
+            passages spliced into running text, where no paragraph break marks them (such a passage
+            is found only if it holds a whole chunk of each copy), at the price of more chunks: the
+            README's "Chunk boundaries that follow the text" has the curve.
         language: punkt model (a directory of ``tokenizers/punkt_tab``).
-        metadata_aware: subtract each document's metadata string's tokens from ``chunk_size``.
+        metadata_aware: count each document's metadata string in ``chunk_size`` (default True, as
+            SentenceSplitter does).
         tokenizer: callable returning the tokens of a string; default LlamaIndex's ``get_tokenizer()``.
         include_metadata, include_prev_next_rel, callback_manager, id_func: as for every LlamaIndex
             ``NodeParser``.
@@ -117,11 +122,11 @@ class SentenceChunker(MetadataAwareTextSplitter):
         description="Maximum tokens of whole trailing sentences repeated from the previous chunk of the "
         "same paragraph; smaller than chunk_size.",
     )
-    mean_body_size: int | None = Field(
+    chunk_target: int | None = Field(
         default=None,
         ge=1,
-        description="Mean tokens between content-defined sentence cuts; None means "
-        "(chunk_size - chunk_overlap) // 2.",
+        description="Mean tokens per chunk to aim for in running text, overlap included (at most "
+        "chunk_size); None means 7 * chunk_size // 16.",
     )
     language: str = Field(
         default="english",
@@ -129,9 +134,9 @@ class SentenceChunker(MetadataAwareTextSplitter):
         description="punkt_tab model used for sentence boundaries.",
     )
     metadata_aware: bool = Field(
-        default=False,
+        default=True,
         description="Reserve room for each document's metadata string in chunk_size, as "
-        "SentenceSplitter does. Off by default, so that boundaries do not depend on metadata.",
+        "SentenceSplitter does (the content-defined cuts do not depend on it; only the size limit does).",
     )
 
     _counts: TokenCounts = PrivateAttr()
@@ -141,9 +146,9 @@ class SentenceChunker(MetadataAwareTextSplitter):
         self,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-        mean_body_size: int | None = None,
+        chunk_target: int | None = None,
         language: str = "english",
-        metadata_aware: bool = False,
+        metadata_aware: bool = True,
         tokenizer: Callable[[str], Sequence[Any]] | None = None,
         callback_manager: CallbackManager | None = None,
         include_metadata: bool = True,
@@ -164,7 +169,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
         super().__init__(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
-            mean_body_size=mean_body_size,
+            chunk_target=chunk_target,
             language=language,
             metadata_aware=metadata_aware,
             callback_manager=callback_manager or CallbackManager([]),
@@ -173,6 +178,8 @@ class SentenceChunker(MetadataAwareTextSplitter):
             id_func=id_func or default_id_func,
             **kwargs,
         )
+        if chunk_target is not None and chunk_target > chunk_size:
+            raise ValueError(f"chunk_target ({chunk_target}) must not exceed chunk_size ({chunk_size})")
         self._counts = TokenCounts(tokenizer or get_tokenizer())
         self._chunker()  # fail now, not at the first document, if the model is missing
 
@@ -187,16 +194,32 @@ class SentenceChunker(MetadataAwareTextSplitter):
             )
         return value
 
-    @field_validator("chunk_size")
-    @classmethod
-    def _size_above_overlap(cls, value: int, info: Any) -> int:
-        overlap = info.data.get("chunk_overlap")  # known on assignment, not yet at construction
-        if overlap is not None and overlap >= value:
-            raise ValueError(
-                f"chunk_overlap ({overlap}) must be smaller than chunk_size ({value}); "
-                f"lower chunk_overlap first or choose a larger chunk_size"
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assign a field; lowering ``chunk_size`` to or below ``chunk_overlap`` takes the overlap
+        along (to a quarter of the new size, with a warning), so that LlamaIndex's
+        ``Settings.chunk_size = 50`` works whatever was set before, as it does for SentenceSplitter.
+        Assigning ``chunk_overlap >= chunk_size`` itself is refused (set ``chunk_size`` first)."""
+        if (
+            name == "chunk_size"
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value >= MIN_CHUNK_SIZE
+            and value <= self.chunk_overlap
+        ):
+            overlap = value // 4
+            warnings.warn(
+                f"chunk_size ({value}) is not larger than chunk_overlap ({self.chunk_overlap}): "
+                f"chunk_overlap lowered to {overlap}; set chunk_overlap after chunk_size to choose another",
+                stacklevel=2,
             )
-        return value
+            super().__setattr__("chunk_overlap", overlap)
+        if name == "chunk_size" and isinstance(value, int) and self.chunk_target is not None and value < self.chunk_target:
+            warnings.warn(
+                f"chunk_size ({value}) is below chunk_target ({self.chunk_target}): chunks aim at {value} tokens "
+                f"until chunk_target is lowered or chunk_size raised",
+                stacklevel=2,
+            )
+        super().__setattr__(name, value)
 
     @classmethod
     def class_name(cls) -> str:
@@ -227,6 +250,10 @@ class SentenceChunker(MetadataAwareTextSplitter):
 
     # ------------------------------------------------------------------ the core
 
+    def _target(self) -> int | None:
+        """``chunk_target``, lowered to ``chunk_size`` if an assignment left it above (warned there)."""
+        return None if self.chunk_target is None else min(self.chunk_target, self.chunk_size)
+
     def _chunker(self) -> Chunker:
         """The core :class:`~rag_dedup.chunking.Chunker` for the current fields (rebuilt after an
         assignment changes them; it shares this parser's token memos)."""
@@ -235,14 +262,14 @@ class SentenceChunker(MetadataAwareTextSplitter):
             core is None
             or core.chunk_size != self.chunk_size
             or core.chunk_overlap != self.chunk_overlap
-            or core.mean_body_size != self.mean_body_size
+            or core.chunk_target != self._target()
             or core.language != self.language
         ):
             core = self._core = Chunker(
                 self._counts,
                 chunk_size=self.chunk_size,
                 chunk_overlap=self.chunk_overlap,
-                mean_body_size=self.mean_body_size,
+                chunk_target=self._target(),
                 language=self.language,
             )
         return core
@@ -284,12 +311,22 @@ class SentenceChunker(MetadataAwareTextSplitter):
     # ------------------------------------------------------------------ LlamaIndex interface
 
     def split_text(self, text: str) -> list[str]:
-        """The chunk texts of ``text`` (see :meth:`chunk_spans`)."""
-        return [text[s:e] for s, e in self.chunk_spans(text)]
+        """The chunk texts of ``text`` (see :meth:`chunk_spans`), in a ``CBEventType.CHUNKING``
+        event, as ``SentenceSplitter.split_text`` emits one."""
+        return self._split(text, "")[1]
 
     def split_text_metadata_aware(self, text: str, metadata_str: str) -> list[str]:
-        """The chunk texts of ``text``, reserving ``metadata_str``'s tokens if ``metadata_aware``."""
-        return [text[s:e] for s, e in self.chunk_spans(text, metadata_str)]
+        """The chunk texts of ``text``, reserving ``metadata_str``'s tokens if ``metadata_aware``
+        (in a ``CBEventType.CHUNKING`` event)."""
+        return self._split(text, metadata_str)[1]
+
+    def _split(self, text: str, metadata_str: str) -> tuple[list[Span], list[str]]:
+        """The spans and texts of ``text``'s chunks, inside one ``CBEventType.CHUNKING`` event."""
+        with self.callback_manager.event(CBEventType.CHUNKING, payload={EventPayload.CHUNKS: [text]}) as event:
+            spans = self.chunk_spans(text, metadata_str)
+            chunks = [text[s:e] for s, e in spans]
+            event.on_end(payload={EventPayload.CHUNKS: chunks})
+        return spans, chunks
 
     def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> list[BaseNode]:
         """Chunk every node; each chunk is built complete in :meth:`_build_nodes`.
@@ -302,10 +339,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
             text = node.get_content(metadata_mode=MetadataMode.NONE)
             check_text(text, f"text of node {node.node_id!r}")
             metadata_str = self._get_metadata_str(node) if self.metadata_aware else ""
-            with self.callback_manager.event(CBEventType.CHUNKING, payload={EventPayload.CHUNKS: [text]}) as event:
-                spans = self.chunk_spans(text, metadata_str)
-                chunks = [text[s:e] for s, e in spans]
-                event.on_end(payload={EventPayload.CHUNKS: chunks})
+            spans, chunks = self._split(text, metadata_str)
             if chunks:
                 all_nodes.extend(self._build_nodes(node, chunks, spans))
         return all_nodes
