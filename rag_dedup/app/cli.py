@@ -255,8 +255,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
         meta = {"root": escape_name(str(Path(args.path).resolve())),
                 "settings": dict(settings, threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram),
                 "documents": len(corpus.documents), "skipped": [k.to_dict() for k in corpus.skipped]}
-        with phase("saving the index and BM25"):
-            save_scan(Path(args.save), index, chunks, meta, retriever=bm25_retriever(chunks))
+        with phase("building BM25"):
+            retriever = bm25_retriever(chunks)
+        with phase("saving"):
+            save_scan(Path(args.save), index, chunks, meta, retriever=retriever)
         args.written.append(args.save)
     if args.json:
         _out(sys.stdout, json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
@@ -359,6 +361,10 @@ def cmd_query(args: argparse.Namespace) -> int:
     report = compare(retriever, index, questions, args.top_k,
                      progress=lambda qs: track(qs, desc="retrieving", unit="question"))
     by_key = {c.key: c for c in chunks}
+    missing = sorted({k for q in report.questions for r in q.results.values() for k in r.keys} - by_key.keys())
+    if missing:
+        raise SaveError(f"{escape_name(args.path)}: BM25 returned {missing[0]!r}, which has no saved chunk; "
+                        "the save is damaged: re-run rag-dedup scan --save")
     if html_path:
         from rag_dedup.app.html import queries_page
 

@@ -34,6 +34,12 @@ def _line(text: str) -> None:
     sys.stderr.flush()
 
 
+def _plural(unit: str, n: int) -> str:
+    if n == 1:
+        return unit
+    return unit + ("es" if unit.endswith(("ch", "s", "sh", "x")) else "s")
+
+
 class Phase:
     """A running phase: set :attr:`detail` to add a note to its closing line (``"(14 skipped)"``)."""
 
@@ -69,7 +75,7 @@ def track(items: Iterable[T], *, desc: str, unit: str, total: int | None = None,
         count += 1
         yield item
     detail = f" {current.detail}" if current.detail else ""
-    _line(f"{desc}: {count:,} {unit}{'' if count == 1 else 's'} in {current.elapsed():.1f} s{detail}")
+    _line(f"{desc}: {count:,} {_plural(unit, count)} in {current.elapsed():.1f} s{detail}")
 
 
 @contextlib.contextmanager

@@ -9,7 +9,9 @@ reader sees the old file or the new one. A save is a folder::
 
 built in a temporary sibling folder and renamed into place; an existing ``DIR`` is replaced only if it
 is empty or a previous save (it holds ``chunks.json``). :func:`load_saved` validates what it reads and
-raises :class:`SaveError` naming the file; nothing is unpickled.
+raises :class:`SaveError` naming the file; nothing is unpickled. The BM25 corpus is memory-mapped, and
+checked against the chunks by its size and its first and last node ids; every retrieved id is checked
+again by the command (a result without a saved chunk is a damaged save).
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
         index.save(tmp / INDEX_DIR)
         if retriever is not None:
             (tmp / BM25_DIR).mkdir()
-            retriever.persist(str(tmp / BM25_DIR))
+            retriever.persist(str(tmp / BM25_DIR), show_progress=False)
         sidecar = dict(meta, schema=CHUNKS_SCHEMA, chunks=[c.to_dict() for c in chunks])
         with open(tmp / CHUNKS_FILE, "w", encoding="utf-8") as fh:
             json.dump(sidecar, fh, ensure_ascii=False)
@@ -209,11 +211,13 @@ def load_saved(directory: Path) -> Save:
         from llama_index.retrievers.bm25 import BM25Retriever
 
         try:
-            retriever = BM25Retriever.from_persist_dir(str(directory / BM25_DIR))
-            ids = [d.get("node_id") if isinstance(d, dict) else None for d in retriever.corpus]
+            # mmap: the corpus stays on disk and is read per result, so a load is fast and small.
+            retriever = BM25Retriever.from_persist_dir(str(directory / BM25_DIR), show_progress=False, mmap=True)
+            size = len(retriever.corpus)
+            ends = [retriever.corpus[i].get("node_id") for i in {0, size - 1}] if size else []
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             raise SaveError(f"{directory / BM25_DIR}: the BM25 retriever cannot be loaded: {e}") from None
-        if set(ids) != keys or len(ids) != len(keys):
+        if size != len(keys) or not keys.issuperset(ends):
             raise SaveError(f"{directory / BM25_DIR}: the BM25 corpus does not hold the saved chunks; "
                             "re-run rag-dedup scan --save")
     return Save(index, chunks, meta, retriever)
