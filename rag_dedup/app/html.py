@@ -10,8 +10,8 @@ marked with ``<del>`` (only in the kept chunk) and ``<ins>`` (only in the other 
 :func:`rag_dedup.app.report.word_diff`.
 
 The scan page is built for big corpora (thousands of files, tens of thousands of clusters): its first
-screen is the summary beside the similarity histogram; findings are grouped by folder, the largest
-folders first, each group collapsed; clusters are collapsed, the largest ``max_clusters`` of them
+screen is the summary beside the similarity histogram; findings are grouped by top-level folder, the
+largest group first, each group collapsed; clusters are collapsed, the largest ``max_clusters`` of them
 ("largest 150 of 15,397 clusters"), each showing the representative's text once and every near member
 as a compact diff against it (long common runs elided), exact copies as a list of locations.
 
@@ -26,7 +26,6 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import posixpath
 import re
 
 from rag_dedup.app.report import ClusterReport, Member, Removals, ScanSummary, TuneReport, histogram, word_diff
@@ -318,29 +317,28 @@ def _cluster_html(c: ClusterReport, texts: Mapping[str, str], max_members: int) 
     return "".join(parts)
 
 
-def _findings_html(rows: Sequence[Removals], findings: Sequence[str], max_folders: int) -> str:
-    """Findings grouped by folder, most flagged sources first, each group collapsed."""
+def _findings_html(rows: Sequence[Removals], findings: Sequence[str], top: int) -> str:
+    """Findings grouped by top-level folder (largest group first), each group collapsed; inside a group
+    the first ``top`` findings (most chunks removed first) and the rest behind one more toggle."""
     if not findings:
         return "<p>none</p>"
     groups: dict[str, list[str]] = {}
     for r, f in zip([r for r in rows if r.flagged], findings, strict=True):
-        groups.setdefault(posixpath.dirname(r.name) or ".", []).append(f)
+        groups.setdefault(r.name.split("/", 1)[0] + "/" if "/" in r.name else "(top folder)", []).append(f)
     order = sorted(groups, key=lambda g: (-len(groups[g]), g))
 
-    def group(name: str) -> str:
-        items = "".join(f"<li>{_e(f)}</li>" for f in groups[name])
-        n = len(groups[name])
-        return (f'<details class="group"><summary>{_e(name)}: {n} source{"" if n == 1 else "s"} '
-                f'losing most of their chunks</summary><ul class="findings">{items}</ul></details>')
+    def items(fs: Sequence[str]) -> str:
+        return '<ul class="findings">' + "".join(f"<li>{_e(f)}</li>" for f in fs) + "</ul>"
 
-    shown = "".join(group(g) for g in order[:max_folders])
-    rest = order[max_folders:]
-    more = ""
-    if rest:
-        more = (f'<details class="group"><summary>{len(rest)} more folders '
-                f"({sum(len(groups[g]) for g in rest)} findings)</summary>{''.join(group(g) for g in rest)}</details>")
-    return (f"<p>{len(findings)} source(s) in {len(groups)} folder(s) lose more than half of their chunks to "
-            f"copies kept elsewhere: check that the copy kept is the one you want cited.</p>{shown}{more}")
+    parts = [f"<p>{len(findings):,} source(s) lose more than half of their chunks to copies kept elsewhere: "
+             "check that the copy kept is the one you want cited.</p>"]
+    for name in order:
+        fs = groups[name]
+        rest = (f'<details class="group"><summary>{len(fs) - top:,} more in {_e(name)}</summary>'
+                f"{items(fs[top:])}</details>") if len(fs) > top else ""
+        parts.append(f'<details class="group"><summary>{_e(name)}: {len(fs):,} source{"" if len(fs) == 1 else "s"}'
+                     f"</summary>{items(fs[:top])}{rest}</details>")
+    return "".join(parts)
 
 
 def scan_page(
@@ -351,12 +349,12 @@ def scan_page(
     max_clusters: int = 150,
     max_members: int = 12,
     max_rows: int = 200,
-    max_folders: int = 20,
+    max_findings: int = 20,
 ) -> str:
     """The ``rag-dedup scan --html`` page for ``summary``; ``texts`` maps chunk keys to their text.
 
-    Shows the numbers beside the similarity histogram, the findings grouped by folder (the
-    ``max_folders`` folders with most findings, then the rest in one group), the S-curve of the index's
+    Shows the numbers beside the similarity histogram, the findings grouped by top-level folder (each
+    group collapsed, ``max_findings`` shown when opened, the rest behind a toggle), the S-curve of the index's
     (b, r), the removals per source and per folder (``max_rows`` each), the skipped files, and the
     largest ``max_clusters`` clusters, each with its representative once and up to ``max_members``
     near members as diffs against it.
@@ -394,7 +392,7 @@ def scan_page(
 in its cluster; exact duplicates are at 1.0. The dashed line is the threshold; a chunk can sit below it
 (down to the drift floor) when it joined the cluster as a near duplicate of another member.</figcaption></figure>
 </section>
-<section id="findings"><h2>Findings</h2>{_findings_html(summary.by_source, summary.findings, max_folders)}</section>
+<section id="findings"><h2>Findings</h2>{_findings_html(summary.by_source, summary.findings, max_findings)}</section>
 <section id="charts"><h2>The LSH S-curve</h2><div class="charts">
 <figure>{s_curve_svg(b, r, s['threshold'], s['knee'])}
 <figcaption>Probability that LSH proposes a pair of chunks with similarity s as candidates, for the
