@@ -86,11 +86,13 @@ def phase(desc: str) -> Iterator[Phase]:
     if tty:
         sys.stderr.write(f"rag-dedup: {desc}...\r")
         sys.stderr.flush()
-    yield current
-    if tty:
-        sys.stderr.write("\x1b[2K\r")  # erase the line
-        sys.stderr.flush()
-    else:
+    try:
+        yield current
+    finally:
+        if tty:
+            sys.stderr.write("\x1b[2K\r")  # erase the line, also before an error message
+            sys.stderr.flush()
+    if not tty:  # a phase that raised writes no "done" line
         detail = f" {current.detail}" if current.detail else ""
         _line(f"{desc}: done in {current.elapsed():.1f} s{detail}")
 
