@@ -14,6 +14,11 @@ reads in the "Skipped" list. The rules, in order:
 
 PDF is not read here: it needs ``llama-index-readers-file`` and ``pypdf`` (``pip install
 rag-dedup[pdf]``), see :func:`pdf_reader_available`.
+
+:func:`file_extractor` gives the same rules to LlamaIndex's ``SimpleDirectoryReader``, so an
+application (``examples/quickstart.py``) reads a folder exactly as ``rag-dedup scan`` does::
+
+    SimpleDirectoryReader("examples/data", recursive=True, file_extractor=file_extractor())
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 
 __all__ = [
     "Unreadable",
+    "file_extractor",
     "html_to_text",
     "json_to_text",
     "pdf_reader_available",
@@ -176,6 +182,26 @@ def read_text(path: str) -> str:
         except json.JSONDecodeError as e:
             raise Unreadable(f"invalid JSON: {e.msg} at line {e.lineno}") from None
     return text
+
+
+def file_extractor() -> dict[str, Any]:
+    """``SimpleDirectoryReader(file_extractor=...)`` for the suffixes :func:`read_text` converts, and ``.gz``.
+
+    Each reader returns one Document with :func:`read_text`'s text and the metadata LlamaIndex passes;
+    a file it cannot read raises :class:`Unreadable` (``SimpleDirectoryReader`` reports it or, with
+    ``raise_on_error=True``, raises it).
+    """
+    from llama_index.core.readers.base import BaseReader
+    from llama_index.core.schema import Document
+
+    class TextReader(BaseReader):
+        """A file's text under the rules of :mod:`rag_dedup.app.readers` (HTML and JSON reduced to prose)."""
+
+        def load_data(self, file: Any, extra_info: dict[str, Any] | None = None, **_: Any) -> list[Document]:
+            return [Document(text=read_text(str(file)), metadata=dict(extra_info or {}))]
+
+    reader = TextReader()
+    return {suffix: reader for suffix in (*_FORMATS, ".gz")}
 
 
 def pdf_reader_available() -> bool:
