@@ -142,11 +142,12 @@ def test_parsing_documents_emits_one_chunking_event_per_document() -> None:
 
 
 def test_the_command_takes_a_chunk_target(capsys: pytest.CaptureFixture[str]) -> None:
-    from rag_dedup.app.cli import chunk_corpus, main, read_corpus
+    from rag_dedup.app.cli import main
+    from rag_dedup.app.corpus import chunk_corpus, read_corpus
 
     corpus = read_corpus(CORPUS / "licenses")
-    default = chunk_corpus(corpus, 256, 64)
-    small = chunk_corpus(corpus, 256, 64, chunk_target=48)
+    default = chunk_corpus(corpus, SentenceChunker(chunk_size=256, chunk_overlap=64))
+    small = chunk_corpus(corpus, SentenceChunker(chunk_size=256, chunk_overlap=64, chunk_target=48))
     assert len(small) > 1.3 * len(default)
     assert main(["scan", str(CORPUS / "licenses"), "--chunk-target", "300"]) == 2
-    assert "--chunk-target (300) must not exceed --chunk-size (256)" in capsys.readouterr().err
+    assert "chunk_target (300) must not exceed chunk_size (256)" in capsys.readouterr().err

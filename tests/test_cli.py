@@ -248,20 +248,30 @@ def test_unreadable_files_are_skipped_counted_and_warned(tmp_path, capsys):
         pytest.param(["scan", "{empty}"], "no files found", id="empty-folder"),
         pytest.param(["scan", "{binary}"], "no readable documents", id="only-binary-files"),
         pytest.param(["scan", "{small}", "--glob", "*.docx"], "none matches *.docx", id="glob-matches-nothing"),
-        pytest.param(["scan", "{small}", "--threshold", "1.5"], "outside (0, 1]", id="threshold-above-one"),
-        pytest.param(["scan", "{small}", "--threshold", "0"], "outside (0, 1]", id="threshold-zero"),
+        pytest.param(["scan", "{small}", "--threshold", "1.5"], "must be in (0, 1]", id="threshold-above-one"),
+        pytest.param(["scan", "{small}", "--threshold", "0"], "must be in (0, 1]", id="threshold-zero"),
+        pytest.param(["scan", "{small}", "--threshold", "1e-300"], "no (b, r)", id="threshold-tiny"),
         pytest.param(["scan", "{small}", "--threshold", "high"], "not a number", id="threshold-not-a-number"),
         pytest.param(["scan", "{small}", "--chunk-size", "64", "--chunk-overlap", "64"], "must be smaller",
                      id="overlap-not-below-size"),
-        pytest.param(["scan", "{small}", "--num-perm", "0"], "must be >= 1", id="num-perm-zero"),
+        pytest.param(["scan", "{small}", "--num-perm", "0"], "must be at least 2", id="num-perm-zero"),
+        pytest.param(["scan", "{small}", "--num-perm", "1"], "must be at least 2", id="num-perm-one"),
+        pytest.param(["scan", "{small}", "--ngram", "100"], "between 1 and 64", id="ngram-100"),
+        pytest.param(["scan", "{small}", "--chunk-size", "7"], "--chunk-size 7: Input should be greater", id="chunk-size-7"),
         pytest.param(["scan", "{small}", "--html", "{missing}/r.html"], "does not exist", id="html-folder-missing"),
+        pytest.param(["scan", "{small}", "--html", "{empty}"], "is a folder", id="html-is-a-folder"),
+        pytest.param(["scan", "{small}", "--html", "/proc/x.html"], "cannot write in /proc", id="html-in-proc"),
+        pytest.param(["tune", "{small}", "--seed", "-1"], "Seed must be between", id="tune-negative-seed"),
+        pytest.param(["query", "{small}"], "give one question or --queries", id="query-no-question"),
+        pytest.param(["query", "{small}", "--queries", "{missing}"], "cannot read", id="queries-file-missing"),
+        pytest.param(["query", "{small}", "--queries", "{blank}"], "no questions", id="queries-file-blank"),
         pytest.param(["scan", "{small}", "--save", "{file}"], "not a rag-dedup save", id="save-onto-a-file"),
         pytest.param(["scan"], "required: path", id="scan-without-path"),
         pytest.param([], "", id="no-command"),
         pytest.param(["dedupe", "x"], "invalid choice", id="unknown-command"),
         pytest.param(["tune", "{small}", "--thresholds", "0.6,x"], "not a number", id="tune-bad-threshold"),
         pytest.param(["tune", "{small}", "--thresholds", "0.6,0.6"], "repeats", id="tune-repeated-threshold"),
-        pytest.param(["tune", "{small}", "--window", "0.7"], "too wide", id="tune-window-too-wide"),
+        pytest.param(["tune", "{small}", "--window", "0.7"], "outside (0, 0.5]", id="tune-window-too-wide"),
         pytest.param(["query", "{small}", "  "], "question is empty", id="query-empty-question"),
         pytest.param(["query", "{small}", "licence", "-k", "0"], "must be >= 1", id="query-k-zero"),
         pytest.param(["query", "{missing}", "licence"], "path not found", id="query-missing-path"),
@@ -272,12 +282,17 @@ def test_bad_input_exits_2_with_a_message(args, message, small, tmp_path, capsys
     (tmp_path / "binary").mkdir()
     (tmp_path / "binary" / "a.txt").write_bytes(b"\x00\x01\x02" * 100)
     (tmp_path / "file").write_text("x")
+    (tmp_path / "blank.txt").write_text("\n  \n")
     subs = {"missing": str(tmp_path / "nope"), "empty": str(tmp_path / "empty"), "binary": str(tmp_path / "binary"),
-            "small": str(small), "file": str(tmp_path / "file")}
+            "small": str(small), "file": str(tmp_path / "file"), "blank": str(tmp_path / "blank.txt")}
     code = main([a.format(**subs) for a in args])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.out == ""
+    if "{small}" in args and "--glob" not in args:
+        # Settings are checked before the corpus is read: no phase ran (each ends with a line in logs).
+        assert "reading:" not in captured.err, captured.err
+        assert len(captured.err.splitlines()) == 1
     if message:
         assert message in captured.err
         assert captured.err.splitlines()[-1].startswith("rag-dedup: error: ") and "Traceback" not in captured.err

@@ -9,6 +9,12 @@ Every piece of corpus text is escaped with :func:`html.escape`; differences betw
 marked with ``<del>`` (only in the kept chunk) and ``<ins>`` (only in the other one), computed by
 :func:`rag_dedup.app.report.word_diff`.
 
+The scan page is built for big corpora (thousands of files, tens of thousands of clusters): its first
+screen is the summary beside the similarity histogram; findings are grouped by top-level folder, the
+largest group first, each group collapsed; clusters are collapsed, the largest ``max_clusters`` of them
+("largest 150 of 15,397 clusters"), each showing the representative's text once and every near member
+as a compact diff against it (long common runs elided), exact copies as a list of locations.
+
 The S-curve is the probability that two chunks of Jaccard similarity ``s`` share at least one LSH band:
 ``P(s) = 1 - (1 - s**r)**b`` (see :mod:`rag_dedup.lsh`); the threshold and the knee ``(1/b)**(1/r)`` are
 marked on it.
@@ -20,9 +26,12 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rag_dedup.app.report import ClusterReport, Member, ScanSummary, TuneReport, histogram, word_diff
+import re
 
-__all__ = ["diff_html", "histogram_svg", "s_curve_svg", "scan_page", "tune_page"]
+from rag_dedup.app.report import ClusterReport, Member, Removals, ScanSummary, TuneReport, histogram, word_diff
+from rag_dedup.app.retrieval import FETCH_FACTOR, METHODS, RetrievalReport
+
+__all__ = ["diff_html", "histogram_svg", "inline_diff_html", "queries_page", "s_curve_svg", "scan_page", "tune_page"]
 
 _CSS = """
 :root { --del: #ffd7d5; --ins: #ccf0d0; --ink: #1f2328; --muted: #59636e; --line: #d1d9e0; }
@@ -50,6 +59,13 @@ del { background: var(--del); text-decoration: line-through; text-decoration-col
 ins { background: var(--ins); text-decoration: none; }
 .controls { margin: .5rem 0; } .controls input { padding: .2rem .4rem; min-width: 18rem; }
 .muted { color: var(--muted); } .hidden { display: none; }
+.top { display: flex; flex-wrap: wrap; gap: 2rem; align-items: flex-start; }
+.top table.numbers { margin-top: 0; }
+details.group { margin: .2rem 0; } details.group > summary { cursor: pointer; }
+pre.text, pre.diff { white-space: pre-wrap; word-break: break-word; margin: .2rem 0 .6rem; padding: .5rem;
+  background: #f6f8fa; border-radius: 4px; font: 12.5px/1.45 ui-monospace, monospace; }
+.member .head { color: var(--muted); font-size: .85rem; }
+.gap { color: var(--muted); background: #eaeef2; border-radius: 3px; padding: 0 .3rem; }
 """
 
 # Runs after the page is parsed. Filter box: hide clusters whose text (sources, keys) lacks the query.
@@ -117,6 +133,39 @@ def diff_html(a: str, b: str) -> tuple[str, str]:
         if pb:
             right.append(f"<ins>{_e(pb)}</ins>")
     return "".join(left), "".join(right)
+
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+
+
+def _elide(text: str, context: int, head: bool, tail: bool) -> str:
+    """Escaped ``text``, its middle replaced by a marker when it has more than ``2 * context`` words."""
+    words = _WORDS.findall(text)
+    if len(words) <= 2 * context + 1:
+        return _e(text)
+    keep_head = words[:context] if head else []
+    keep_tail = words[-context:] if tail else []
+    gap = len(words) - len(keep_head) - len(keep_tail)
+    return f'{_e("".join(keep_head))}<span class="gap">… {gap} words …</span>{_e("".join(keep_tail))}'
+
+
+def inline_diff_html(kept: str, other: str, *, context: int = 12) -> str:
+    """``other`` against ``kept`` in one column: ``<del>`` only in ``kept``, ``<ins>`` only in ``other``.
+
+    Common runs longer than ``2 * context`` words are shortened to ``context`` words on each side of a
+    change (``… 180 words …``), so a near copy of a long text shows only what differs.
+    """
+    runs = word_diff(kept, other)
+    out: list[str] = []
+    for i, (tag, pa, pb) in enumerate(runs):
+        if tag == "equal":
+            out.append(_elide(pb, context, head=i > 0, tail=i < len(runs) - 1))
+            continue
+        if pa:
+            out.append(f"<del>{_e(pa)}</del>")
+        if pb:
+            out.append(f"<ins>{_e(pb)}</ins>")
+    return "".join(out)
 
 
 def _span(m: Member | Any) -> str:
@@ -243,29 +292,52 @@ def _cluster_html(c: ClusterReport, texts: Mapping[str, str], max_members: int) 
                       for k in ("exact", "near") if any(m.kind == k for m in c.members))
     parts = [
         f'<details class="cluster" data-sources="{_e(" ".join(sources + [c.cluster_id]))}">',
-        f"<summary>{c.size} chunks ({kinds}), kept: {_span(c.representative)}</summary>",
+        f"<summary>{c.size} chunks ({kinds}) from {len(sources)} source(s), kept: {_span(c.representative)}</summary>",
+        f'<div class="head">kept (the representative): {_span(c.representative)}</div>',
+        f'<pre class="text">{_e(texts.get(c.representative.key, ""))}</pre>',
     ]
     rep_text = texts.get(c.representative.key, "")
     exact = [m for m in c.members if m.kind == "exact"]
     near = [m for m in c.members if m.kind != "exact"]
     if exact:
-        # Identical after normalisation: one copy of the text, and where the others are.
-        where = ", ".join(_span(m) for m in exact)
+        # Identical after normalisation: where the copies are, no text repeated.
+        shown = ", ".join(_span(m) for m in exact[:max_members])
+        more = f" and {len(exact) - max_members} more" if len(exact) > max_members else ""
         parts.append(f'<p class="exact"><strong>{len(exact)} exact cop{"y" if len(exact) == 1 else "ies"}'
-                     f"</strong> (same text after normalisation) in {where}</p>")
-        if not near:
-            parts.append(f'<div class="pair"><div><div class="head">kept: {_span(c.representative)}</div>'
-                         f"<pre>{_e(rep_text)}</pre></div></div>")
+                     f"</strong> (same text after normalisation) in {shown}{more}</p>")
     for m in near[:max_members]:
-        parts.append(_pair_html(
-            f"kept: {_span(c.representative)}",
-            rep_text,
-            f"{_e(m.kind)} duplicate, similarity {m.similarity:.3f}: {_span(m)}",
-            texts.get(m.key, ""),
-        ))
+        parts.append(
+            f'<div class="member"><div class="head">{_e(m.kind)} duplicate, similarity {m.similarity:.3f}: '
+            f"{_span(m)}; differences from the kept text</div>"
+            f'<pre class="diff">{inline_diff_html(rep_text, texts.get(m.key, ""))}</pre></div>'
+        )
     if len(near) > max_members:
-        parts.append(f'<p class="muted">{len(near) - max_members} more near duplicates not shown.</p>')
+        parts.append(f'<p class="muted">{len(near) - max_members} more near duplicates not shown (see --json).</p>')
     parts.append("</details>")
+    return "".join(parts)
+
+
+def _findings_html(rows: Sequence[Removals], findings: Sequence[str], top: int) -> str:
+    """Findings grouped by top-level folder (largest group first), each group collapsed; inside a group
+    the first ``top`` findings (most chunks removed first) and the rest behind one more toggle."""
+    if not findings:
+        return "<p>none</p>"
+    groups: dict[str, list[str]] = {}
+    for r, f in zip([r for r in rows if r.flagged], findings, strict=True):
+        groups.setdefault(r.name.split("/", 1)[0] + "/" if "/" in r.name else "(top folder)", []).append(f)
+    order = sorted(groups, key=lambda g: (-len(groups[g]), g))
+
+    def items(fs: Sequence[str]) -> str:
+        return '<ul class="findings">' + "".join(f"<li>{_e(f)}</li>" for f in fs) + "</ul>"
+
+    parts = [f"<p>{len(findings):,} source(s) lose more than half of their chunks to copies kept elsewhere: "
+             "check that the copy kept is the one you want cited.</p>"]
+    for name in order:
+        fs = groups[name]
+        rest = (f'<details class="group"><summary>{len(fs) - top:,} more in {_e(name)}</summary>'
+                f"{items(fs[top:])}</details>") if len(fs) > top else ""
+        parts.append(f'<details class="group"><summary>{_e(name)}: {len(fs):,} source{"" if len(fs) == 1 else "s"}'
+                     f"</summary>{items(fs[:top])}{rest}</details>")
     return "".join(parts)
 
 
@@ -277,12 +349,15 @@ def scan_page(
     max_clusters: int = 150,
     max_members: int = 12,
     max_rows: int = 200,
+    max_findings: int = 20,
 ) -> str:
     """The ``rag-dedup scan --html`` page for ``summary``; ``texts`` maps chunk keys to their text.
 
-    Shows the numbers, the findings, the similarity histogram, the S-curve of the index's (b, r), the
-    removals per source and per folder, and the largest ``max_clusters`` clusters with up to
-    ``max_members`` members each beside the representative, differences highlighted.
+    Shows the numbers beside the similarity histogram, the findings grouped by top-level folder (each
+    group collapsed, ``max_findings`` shown when opened, the rest behind a toggle), the S-curve of the index's
+    (b, r), the removals per source and per folder (``max_rows`` each), the skipped files, and the
+    largest ``max_clusters`` clusters, each with its representative once and up to ``max_members``
+    near members as diffs against it.
     """
     s = summary.settings
     b, r = s["bands"]
@@ -299,23 +374,26 @@ def scan_page(
         ("num_perm, ngram", f"{s['num_perm']}, {s['ngram']}"),
         ("files skipped", str(len(summary.skipped))),
     ])
-    findings = "".join(f"<li>{_e(f)}</li>" for f in summary.findings) or "<li>none</li>"
     skipped = ""
     if summary.skipped:
-        rows = "".join(f"<tr><td>{_e(k.path)}</td><td>{_e(k.reason)}</td></tr>" for k in summary.skipped)
-        skipped = f"<h2>Skipped files</h2><table><tr><th>file</th><th>reason</th></tr>{rows}</table>"
+        rows = "".join(f"<tr><td>{_e(k.path)}</td><td>{_e(k.reason)}</td></tr>" for k in summary.skipped[:max_rows])
+        more = f'<p class="muted">{len(summary.skipped) - max_rows} more in --json.</p>' \
+            if len(summary.skipped) > max_rows else ""
+        skipped = (f"<h2>Skipped files ({len(summary.skipped)})</h2><details class=\"group\"><summary>show</summary>"
+                   f"<table><tr><th>file</th><th>reason</th></tr>{rows}</table>{more}</details>")
     shown = summary.clusters[:max_clusters]
     clusters = "".join(_cluster_html(c, texts, max_members) for c in shown)
-    more = (f'<p class="muted">{len(summary.clusters) - len(shown)} smaller clusters not shown '
-            "(see --json).</p>" if len(summary.clusters) > len(shown) else "")
+    total = len(summary.clusters)
+    which = f"largest {len(shown):,} of {total:,} clusters" if total > len(shown) else f"all {total:,} clusters"
     body = f"""
-<section id="summary"><h2>Summary</h2>{numbers}</section>
-<section id="findings"><h2>Findings</h2><ul class="findings">{findings}</ul></section>
-<section id="charts"><h2>Similarity and the LSH S-curve</h2><div class="charts">
-<figure>{histogram_svg(summary.similarities, [s['threshold']])}
+<section id="summary" class="top"><div><h2>Summary</h2>{numbers}</div>
+<figure id="histogram">{histogram_svg(summary.similarities, [s['threshold']])}
 <figcaption>Similarity (exact Jaccard of shingle sets) of each suppressed chunk to the chunk kept
 in its cluster; exact duplicates are at 1.0. The dashed line is the threshold; a chunk can sit below it
 (down to the drift floor) when it joined the cluster as a near duplicate of another member.</figcaption></figure>
+</section>
+<section id="findings"><h2>Findings</h2>{_findings_html(summary.by_source, summary.findings, max_findings)}</section>
+<section id="charts"><h2>The LSH S-curve</h2><div class="charts">
 <figure>{s_curve_svg(b, r, s['threshold'], s['knee'])}
 <figcaption>Probability that LSH proposes a pair of chunks with similarity s as candidates, for the
 chosen (b, r). Every candidate is then verified against the threshold, so pairs left of the threshold
@@ -324,11 +402,11 @@ are never merged; the curve shows how reliably pairs right of it are found.</fig
 <section id="by-source"><h2>Removals per source</h2>{_removals_table(summary.by_source, "source", max_rows)}</section>
 <section id="by-folder"><h2>Removals per folder</h2>{_removals_table(summary.by_folder, "folder", max_rows)}</section>
 {skipped}
-<section id="clusters"><h2>Clusters</h2>
+<section id="clusters"><h2>Clusters: {which}</h2>
 <p class="controls"><input id="filter" type="search" placeholder="filter by source or key">
 <button id="expand" type="button">expand all</button> <button id="collapse" type="button">collapse all</button>
-<span class="muted"><span id="shown">{len(shown)}</span> of {len(shown)} clusters shown</span></p>
-{clusters}{more}</section>
+<span class="muted"><span id="shown">{len(shown)}</span> of the {which} shown</span></p>
+{clusters}</section>
 """
     return _page(title, "scan", body)
 
@@ -383,3 +461,40 @@ similarity; dashed lines are the candidate thresholds.</figcaption></figure></di
 {''.join(sections)}
 """
     return _page(title, "tune", body)
+
+
+def queries_page(
+    report: RetrievalReport,
+    *,
+    title: str = "rag-dedup query: distinct evidence",
+) -> str:
+    """The ``rag-dedup query --html`` page: per question and on average, the distinct-evidence ratio of
+    the plain top k, of ``DedupPostprocessor`` and of ``DistinctRetriever``, and the duplicates each removed.
+    """
+    k = report.k
+    heads = "".join(f"<th class=num>{_e(label)}</th>" for label in METHODS.values())
+    means = "".join(f"<td class=num>{report.mean(m):.0%} ({report.mean(m, 'removed'):.1f} removed)</td>"
+                    for m in METHODS)
+    rows = []
+    for i, q in enumerate(report.questions, 1):
+        cells = "".join(f"<td class=num>{q.results[m].ratio:.0%} ({q.results[m].removed} removed)</td>"
+                        for m in METHODS)
+        lists = "".join(
+            f"<div><div class=\"head\">{_e(METHODS[m])}: {q.results[m].distinct} distinct of {k}</div><ol>"
+            + "".join(f"<li>{_e(key)}</li>" for key in q.results[m].keys) + "</ol></div>"
+            for m in METHODS
+        )
+        rows.append(f"<tr><td class=num>{i}</td>{cells}<td><details class=\"cluster\" "
+                    f"data-sources=\"{_e(q.question)}\"><summary>{_e(q.question)}</summary>"
+                    f"<div class=\"charts\">{lists}</div></details></td></tr>")
+    body = f"""
+<section id="summary"><h2>Distinct evidence in the top {k}</h2>
+<p>Over {report.chunks:,} chunks (BM25), {len(report.questions)} question(s). A list's distinct-evidence
+ratio is the size of its greedy set of passages with pairwise Jaccard similarity below
+{report.threshold:g} (word {report.ngram}-grams), over {k}. DedupPostprocessor runs over the top
+{FETCH_FACTOR * k}; DistinctRetriever fetches deeper until it holds {k} distinct passages. "Removed": for
+the plain list the copies it carries ({k} minus distinct), for the others the retrieved nodes they folded.</p>
+<table><tr><th class=num>#</th>{heads}<th>question</th></tr>
+<tr><th class=num>mean</th>{means}<td></td></tr>{''.join(rows)}</table></section>
+"""
+    return _page(title, "queries", body)

@@ -1,27 +1,56 @@
-"""File readers for the ``rag-dedup`` command: plain text, HTML and JSON, strictly UTF-8.
+"""File formats for the ``rag-dedup`` command: bytes on disk to text, strictly UTF-8.
 
-LlamaIndex's ``SimpleDirectoryReader`` takes these as ``file_extractor``. HTML is reduced to its visible
-text with the standard library's parser; JSON to the string values that hold prose. PDF needs
-``llama-index-readers-file`` and ``pypdf`` (``pip install rag-dedup[pdf]``).
+:func:`read_text` turns one file into text, or raises :class:`Unreadable` with the reason a person
+reads in the "Skipped" list. The rules, in order:
+
+1. A name ending in ``.gz`` is decompressed (gzip), and the name without ``.gz`` chooses the format:
+   ``intro.2.gz`` is read like ``intro.2``, ``changelog.Debian.gz`` like ``changelog.Debian``.
+2. A NUL byte in the first 8 KiB means a binary file.
+3. The bytes must decode as UTF-8 (strict).
+4. The suffix chooses the conversion: HTML is reduced to its visible text with the standard library's
+   parser, JSON to the string values that hold prose, ``.txt .md .rst .text .markdown`` are taken as
+   they are. Any other suffix, or none (Debian's ``copyright``, ``README``, man pages), is *sniffed*:
+   a file that passed rules 2 and 3 is text, and is taken as it is.
+
+PDF is not read here: it needs ``llama-index-readers-file`` and ``pypdf`` (``pip install
+rag-dedup[pdf]``), see :func:`pdf_reader_available`.
+
+:func:`file_extractor` gives the same rules to LlamaIndex's ``SimpleDirectoryReader``, so an
+application (``examples/quickstart.py``) reads a folder exactly as ``rag-dedup scan`` does::
+
+    SimpleDirectoryReader("examples/data", recursive=True, file_extractor=file_extractor())
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import re
+import stat
+import zlib
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
-__all__ = ["html_to_text", "json_to_text", "make_readers", "pdf_reader_available"]
+__all__ = [
+    "Unreadable",
+    "file_extractor",
+    "html_to_text",
+    "json_to_text",
+    "pdf_reader_available",
+    "read_text",
+    "text_format",
+]
+
+#: Bytes looked at for a NUL that marks a binary file.
+SNIFF_BYTES = 8192
+
+_FORMATS = {".txt": "text", ".md": "text", ".rst": "text", ".text": "text", ".markdown": "text",
+            ".html": "html", ".htm": "html", ".json": "json"}
 
 
-
-def _reader_base() -> type:
-    from llama_index.core.readers.base import BaseReader
-
-    return BaseReader
-
+class Unreadable(Exception):
+    """A file that is not read, with the reason (``str(e)``), e.g. ``"binary file"``."""
 
 class _HTMLText(HTMLParser):
     """Collects the visible text of an HTML page: no script, style or head; blocks become lines."""
@@ -94,30 +123,85 @@ def json_to_text(raw: str) -> str:
     return "\n\n".join(s for s in out if s)
 
 
-def make_readers() -> dict[str, Any]:
-    """File extractors for SimpleDirectoryReader: plain text, HTML and JSON read strictly as UTF-8."""
+def text_format(name: str) -> tuple[str, bool]:
+    """The conversion for a file name and whether it is gzipped: ``("html", False)``, ``("text", True)``.
+
+    The format is ``"text"``, ``"html"``, ``"json"``, ``"pdf"``, or ``"sniff"`` (any other suffix or
+    none: text if the bytes are UTF-8 without NUL).
+    """
+    lower = name.lower()
+    gz = lower.endswith(".gz")
+    if gz:
+        lower = lower[:-3]
+    suffix = os.path.splitext(lower)[1]
+    if suffix == ".pdf":
+        return "pdf", gz
+    return _FORMATS.get(suffix, "sniff"), gz
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file; never blocks on a FIFO or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise Unreadable(f"unreadable: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable("not a regular file")
+        try:
+            return fh.read()
+        except OSError as e:
+            raise Unreadable(f"unreadable: {e.strerror or e}") from None
+
+
+def read_text(path: str) -> str:
+    """The text of the file at ``path`` under the rules of the module docstring (not for PDF).
+
+    Raises:
+        Unreadable: not a regular file, unreadable, not gzip though named ``.gz``, binary, not UTF-8,
+            or invalid JSON; the message is the reason.
+    """
+    fmt, gz = text_format(os.path.basename(path))
+    raw = _read_regular(path)
+    if gz:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise Unreadable(f"not gzip data: {e}") from None
+    if b"\x00" in raw[:SNIFF_BYTES]:
+        raise Unreadable("binary file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"not UTF-8 text (byte {e.start})") from None
+    if fmt == "html":
+        return html_to_text(text)
+    if fmt == "json":
+        try:
+            return json_to_text(text)
+        except json.JSONDecodeError as e:
+            raise Unreadable(f"invalid JSON: {e.msg} at line {e.lineno}") from None
+    return text
+
+
+def file_extractor() -> dict[str, Any]:
+    """``SimpleDirectoryReader(file_extractor=...)`` for the suffixes :func:`read_text` converts, and ``.gz``.
+
+    Each reader returns one Document with :func:`read_text`'s text and the metadata LlamaIndex passes;
+    a file it cannot read raises :class:`Unreadable` (``SimpleDirectoryReader`` reports it or, with
+    ``raise_on_error=True``, raises it).
+    """
+    from llama_index.core.readers.base import BaseReader
     from llama_index.core.schema import Document
 
-    base = _reader_base()
+    class TextReader(BaseReader):
+        """A file's text under the rules of :mod:`rag_dedup.app.readers` (HTML and JSON reduced to prose)."""
 
-    class TextFileReader(base):  # type: ignore[misc, valid-type]
-        """Reads a file as UTF-8 text (strict: a decoding error skips the file)."""
+        def load_data(self, file: Any, extra_info: dict[str, Any] | None = None, **_: Any) -> list[Document]:
+            return [Document(text=read_text(str(file)), metadata=dict(extra_info or {}))]
 
-        convert = staticmethod(lambda s: s)
-
-        def load_data(self, file: Path, extra_info: dict | None = None, **_: Any) -> list[Document]:
-            raw = Path(file).read_bytes().decode("utf-8")
-            return [Document(text=self.convert(raw), metadata=dict(extra_info or {}))]
-
-    class HTMLFileReader(TextFileReader):
-        convert = staticmethod(html_to_text)
-
-    class JSONFileReader(TextFileReader):
-        convert = staticmethod(json_to_text)
-
-    plain, htm, js = TextFileReader(), HTMLFileReader(), JSONFileReader()
-    return {".txt": plain, ".md": plain, ".rst": plain, ".text": plain, ".markdown": plain,
-            ".html": htm, ".htm": htm, ".json": js}
+    reader = TextReader()
+    return {suffix: reader for suffix in (*_FORMATS, ".gz")}
 
 
 def pdf_reader_available() -> bool:

@@ -32,9 +32,9 @@ import posixpath
 import random
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from rag_dedup.normalize import canonical
 
@@ -58,6 +58,8 @@ __all__ = [
     "summarize",
     "word_diff",
 ]
+
+T = TypeVar("T")
 
 #: The thresholds ``rag-dedup tune`` compares when none are given.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9)
@@ -519,6 +521,14 @@ class TuneReport:
         }
 
 
+#: Wraps a loop to show its progress: ``progress(items, desc=..., unit=...)`` yields the items.
+Progress = Callable[..., Iterable[Any]]
+
+
+def _wrap(progress: Progress | None, items: Sequence[T], desc: str, unit: str) -> Iterable[T]:
+    return items if progress is None else progress(items, desc=desc, unit=unit)
+
+
 def _check_thresholds(thresholds: Sequence[float]) -> tuple[float, ...]:
     ts = tuple(float(t) for t in thresholds)
     if not ts:
@@ -538,6 +548,7 @@ def candidate_pairs(
     num_perm: int = 128,
     ngram: int = 5,
     seed: int = 1,
+    progress: Progress | None = None,
 ) -> list[PairSample]:
     """All pairs of chunks with exact Jaccard >= ``floor`` that MinHash LSH tuned for ``floor`` finds.
 
@@ -545,6 +556,9 @@ def candidate_pairs(
     pair is the exact Jaccard of the shingle sets (the index verifies every candidate), so no pair
     below ``floor`` is returned. Pairs just above ``floor`` may be missed (LSH recall below 1 near
     its threshold); pairs well above it are found with probability near 1.
+
+    ``progress``, if given, wraps the loop over chunks (``progress(items, desc=, unit=)``, as
+    :func:`rag_dedup.app.progress.track`).
 
     Returns:
         Pairs with ``a < b``, sorted by (similarity, a, b).
@@ -556,7 +570,7 @@ def candidate_pairs(
     probe = DedupIndex(threshold=floor, num_perm=num_perm, ngram=ngram, seed=seed)
     probe.add_many([(c.key, c.text) for c in chunks])
     seen: dict[tuple[str, str], float] = {}
-    for c in chunks:
+    for c in _wrap(progress, chunks, "candidate pairs", "chunk"):
         for other, sim in probe.query(c.text):
             if other == c.key:
                 continue
@@ -576,6 +590,7 @@ def sample_thresholds(
     num_perm: int = 128,
     ngram: int = 5,
     seed: int = 1,
+    progress: Progress | None = None,
 ) -> TuneReport:
     """For each candidate threshold: how many chunks it suppresses, and pairs to read near it.
 
@@ -584,7 +599,8 @@ def sample_thresholds(
     ``floor = max(0.05, min(thresholds) - window)``; for each threshold ``t`` the pairs with similarity
     in ``[t - window, t + window)`` are sampled with ``random.Random(seed)`` (same input, same pairs).
     Pairs just above ``t`` are the ones the threshold merges; pairs just below are the ones it keeps
-    apart: reading both says whether ``t`` draws the line where you would.
+    apart: reading both says whether ``t`` draws the line where you would. ``progress`` wraps the
+    long loops, as in :func:`candidate_pairs`.
 
     Raises:
         ValueError: a threshold outside (0, 1], an empty or repeated list, ``per_threshold`` < 0,
@@ -603,9 +619,9 @@ def sample_thresholds(
 
     items = [(c.key, c.text) for c in chunks]
     floor = max(0.05, round(ts[0] - window, 6))
-    pairs = candidate_pairs(chunks, floor=floor, num_perm=num_perm, ngram=ngram, seed=seed)
+    pairs = candidate_pairs(chunks, floor=floor, num_perm=num_perm, ngram=ngram, seed=seed, progress=progress)
     reports: list[ThresholdReport] = []
-    for t in ts:
+    for t in _wrap(progress, ts, "indexing at each threshold", "threshold"):
         index = DedupIndex(threshold=t, num_perm=num_perm, ngram=ngram, seed=seed)
         matches = index.add_many(items)
         suppressed = sum(1 for m in matches if m.duplicate_of is not None)

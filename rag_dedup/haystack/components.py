@@ -329,7 +329,7 @@ class SentenceChunker:
     Args:
         chunk_size: Maximum tokens per chunk, overlap included.
         chunk_overlap: Maximum tokens repeated from the previous chunk (whole sentences).
-        mean_body_size: Mean tokens between content-defined cuts (default: the chunker's).
+        chunk_target: The mean tokens per chunk to aim for (default: the chunker's, 7/16 of chunk_size).
         language: The punkt sentence model.
 
     Raises:
@@ -346,15 +346,15 @@ class SentenceChunker:
         self,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-        mean_body_size: int | None = None,
+        chunk_target: int | None = None,
         language: str = "english",
     ) -> None:
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
-        self.mean_body_size = mean_body_size
+        self.chunk_target = chunk_target
         self.language = language
         self._chunker = Chunker(
-            default_tokenizer(), chunk_size=chunk_size, chunk_overlap=chunk_overlap, mean_body_size=mean_body_size,
+            default_tokenizer(), chunk_size=chunk_size, chunk_overlap=chunk_overlap, chunk_target=chunk_target,
             language=language,
         )
 
@@ -397,7 +397,7 @@ class SentenceChunker:
             self,
             chunk_size=self.chunk_size,
             chunk_overlap=self.chunk_overlap,
-            mean_body_size=self.mean_body_size,
+            chunk_target=self.chunk_target,
             language=self.language,
         )
 

@@ -31,7 +31,7 @@ class SentenceChunker(TextSplitter):
     Args:
         chunk_size: Maximum tokens per chunk, overlap included.
         chunk_overlap: Maximum tokens repeated from the previous chunk (whole sentences).
-        mean_body_size: Mean tokens between content-defined cuts (see :class:`~rag_dedup.chunking.Chunker`).
+        chunk_target: The mean tokens per chunk to aim for (see :class:`~rag_dedup.chunking.Chunker`).
         language: The punkt sentence model.
         tokenizer: A callable returning a string's tokens; default LlamaIndex's (tiktoken cl100k).
         add_start_index: Write each chunk's character offset in its document to ``metadata["start_index"]``.
@@ -52,7 +52,7 @@ class SentenceChunker(TextSplitter):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         *,
-        mean_body_size: int | None = None,
+        chunk_target: int | None = None,
         language: str = "english",
         tokenizer: Callable[[str], Sequence[Any]] | None = None,
         add_start_index: bool = False,
@@ -61,7 +61,7 @@ class SentenceChunker(TextSplitter):
             tokenizer or default_tokenizer(),
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
-            mean_body_size=mean_body_size,
+            chunk_target=chunk_target,
             language=language,
         )
         super().__init__(

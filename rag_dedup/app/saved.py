@@ -1,0 +1,223 @@
+"""What the command writes: reports (one file each) and the ``scan --save DIR`` folder, atomically.
+
+A report is written to a temporary file in the target's folder, fsynced and renamed into place: a
+reader sees the old file or the new one. A save is a folder::
+
+    DIR/chunks.json   schema "rag-dedup.chunks/1": root, settings, documents, skipped, chunks
+    DIR/index/        the DedupIndex (DedupIndex.save: JSON and .npz, checksummed by the library)
+    DIR/bm25/         the BM25 retriever over the chunks (BM25Retriever.persist: JSON and .npy)
+
+built in a temporary sibling folder and renamed into place; an existing ``DIR`` is replaced only if it
+is empty or a previous save (it holds ``chunks.json``). :func:`load_saved` validates what it reads and
+raises :class:`SaveError` naming the file; nothing is unpickled. The BM25 corpus is memory-mapped, and
+checked against the chunks by its size and its first and last node ids; every retrieved id is checked
+again by the command (a result without a saved chunk is a damaged save).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rag_dedup.app.report import Chunk
+
+__all__ = [
+    "BM25_DIR",
+    "CHUNKS_FILE",
+    "CHUNKS_SCHEMA",
+    "INDEX_DIR",
+    "Save",
+    "SaveError",
+    "check_output_file",
+    "check_save_target",
+    "is_save",
+    "load_saved",
+    "save_scan",
+    "write_text_atomic",
+]
+
+CHUNKS_FILE = "chunks.json"
+CHUNKS_SCHEMA = "rag-dedup.chunks/1"
+INDEX_DIR = "index"
+BM25_DIR = "bm25"
+
+
+class SaveError(ValueError):
+    """An output that cannot be written, or a save that cannot be read (the message names the file)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Raise :class:`SaveError` unless a file can be written at ``path`` (tried: a temporary file).
+
+    Called before any work, so that ``--html DIR`` or ``--html /proc/x.html`` fails in a second, not
+    after the scan.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SaveError(f"{option} {path}: is a folder; give a file name, e.g. {path / 'report.html'}")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise SaveError(f"{option} {path}: folder {path.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise SaveError(f"{option} {path}: cannot write in {parent}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    Readers see the old file or the new one, never a partial one; on any exception (Ctrl-C included)
+    the temporary file is removed and the exception re-raised.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def is_save(directory: Path) -> bool:
+    """Whether ``directory`` looks like a save (holds ``chunks.json``)."""
+    return Path(directory).is_dir() and (Path(directory) / CHUNKS_FILE).is_file()
+
+
+def check_save_target(directory: Path) -> None:
+    """Raise :class:`SaveError` unless ``directory`` is absent, empty, or a previous save."""
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or (any(directory.iterdir()) and not is_save(directory))):
+        raise SaveError(f"--save {directory}: exists and is not a rag-dedup save; choose a new folder")
+    if not directory.exists():
+        check_output_file(directory, "--save")
+
+
+def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[str, Any],
+              retriever: Any | None = None) -> None:
+    """Save the index, the chunks and (if given) the BM25 ``retriever`` in ``directory``, atomically.
+
+    Raises:
+        SaveError: ``directory`` exists and is something else.
+    """
+    directory = Path(directory)
+    check_save_target(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    old: Path | None = None
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())
+        index.save(tmp / INDEX_DIR)
+        if retriever is not None:
+            (tmp / BM25_DIR).mkdir()
+            retriever.persist(str(tmp / BM25_DIR), show_progress=False)
+        sidecar = dict(meta, schema=CHUNKS_SCHEMA, chunks=[c.to_dict() for c in chunks])
+        with open(tmp / CHUNKS_FILE, "w", encoding="utf-8") as fh:
+            json.dump(sidecar, fh, ensure_ascii=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old.{os.getpid()}")
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not directory.exists():
+            os.replace(old, directory)
+            old = None
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass
+class Save:
+    """A loaded save: the index, the chunks, the sidecar's other fields, and the BM25 retriever if saved."""
+
+    index: Any
+    chunks: list[Chunk]
+    meta: dict[str, Any]
+    retriever: Any | None
+
+
+def _chunks(sidecar: Path) -> tuple[list[Chunk], dict[str, Any]]:
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SaveError(f"{sidecar}: not readable JSON ({e}); re-run rag-dedup scan --save") from None
+    if not isinstance(meta, dict) or meta.get("schema") != CHUNKS_SCHEMA:
+        schema = meta.get("schema") if isinstance(meta, dict) else None
+        raise SaveError(f"{sidecar}: unknown schema {schema!r}; re-run rag-dedup scan --save")
+    records = meta.pop("chunks", None)
+    if not isinstance(records, list):
+        raise SaveError(f"{sidecar}: 'chunks' is not a list; re-run rag-dedup scan --save")
+    chunks = []
+    for i, d in enumerate(records):
+        try:
+            if not isinstance(d, dict):
+                raise ValueError(f"a {type(d).__name__}, not an object")
+            c = Chunk.from_dict(d)
+            if not all(isinstance(x, str) for x in (d["key"], d["source"], d["text"])) or not all(
+                    x is None or isinstance(x, int) for x in (c.start, c.end)):
+                raise ValueError("key, source and text must be strings, start and end integers or null")
+        except ValueError as e:
+            raise SaveError(f"{sidecar}: chunk {i} is damaged ({e})") from None
+        chunks.append(c)
+    return chunks, meta
+
+
+def load_saved(directory: Path) -> Save:
+    """Load what :func:`save_scan` wrote, checking that its parts agree.
+
+    Raises:
+        SaveError: a part is missing, damaged, or does not describe the same chunks (the message names it).
+    """
+    from rag_dedup.index import DedupIndex
+
+    directory = Path(directory)
+    chunks, meta = _chunks(directory / CHUNKS_FILE)
+    try:
+        index = DedupIndex.load(directory / INDEX_DIR)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise SaveError(f"{directory / INDEX_DIR}: the index cannot be loaded: {e}") from None
+    keys = {c.key for c in chunks}
+    if len(keys) != len(chunks) or len(index) != len(keys):
+        raise SaveError(f"{directory}: {CHUNKS_FILE} holds {len(chunks)} chunks and the index {len(index)} keys; "
+                        "re-run rag-dedup scan --save")
+    retriever = None
+    if (directory / BM25_DIR).is_dir():
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        try:
+            # mmap: the corpus stays on disk and is read per result, so a load is fast and small.
+            retriever = BM25Retriever.from_persist_dir(str(directory / BM25_DIR), show_progress=False, mmap=True)
+            size = len(retriever.corpus)
+            ends = [retriever.corpus[i].get("node_id") for i in {0, size - 1}] if size else []
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+            raise SaveError(f"{directory / BM25_DIR}: the BM25 retriever cannot be loaded: {e}") from None
+        if size != len(keys) or not keys.issuperset(ends):
+            raise SaveError(f"{directory / BM25_DIR}: the BM25 corpus does not hold the saved chunks; "
+                            "re-run rag-dedup scan --save")
+    return Save(index, chunks, meta, retriever)

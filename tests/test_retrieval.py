@@ -1,0 +1,138 @@
+"""``rag-dedup query``: distinct evidence of the plain top k, DedupPostprocessor and DistinctRetriever.
+
+Over the bundled examples/data (licences, Debian notices and documentation that repeat each other) with
+the real BM25 retriever; questions are ones a user of that corpus would ask.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rag_dedup.app.cli import main
+from rag_dedup.app.retrieval import distinct_count
+from rag_dedup.shingles import jaccard, shingle_hashes
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "data"
+CORPUS = ROOT / "tests" / "data" / "corpus"
+QUESTIONS = [
+    "warranty of merchantability fitness for a particular purpose",
+    "permission to use copy modify distribute and sell this software",
+    "How to Apply These Terms to Your New Programs",
+]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("saved") / "saved"
+    assert main(["scan", str(EXAMPLES), "--save", str(out), "--json"]) == 0
+    assert (out / "bm25").is_dir()
+    return out
+
+
+@pytest.fixture
+def questions(tmp_path) -> Path:
+    path = tmp_path / "questions.txt"
+    path.write_text("\n".join(QUESTIONS[:1] + [""] + QUESTIONS[1:]) + "\n", encoding="utf-8")
+    return path
+
+
+def _brute_distinct(texts: list[str], threshold: float) -> int:
+    kept: list = []
+    for t in texts:
+        s = shingle_hashes(t)
+        if all(jaccard(s, k) < threshold for k in kept):
+            kept.append(s)
+    return len(kept)
+
+
+def test_distinct_count_is_the_greedy_set_of_pairwise_jaccard_below_the_threshold():
+    gpl = (CORPUS / "licenses" / "GPL-2.txt").read_text(encoding="utf-8")
+    paragraphs = [p for p in gpl.split("\n\n") if len(p.split()) > 30][:12]
+    texts = paragraphs + paragraphs[:4] + [p.replace("Program", "program") for p in paragraphs[4:8]]
+    assert distinct_count(texts, threshold=0.8, ngram=5) == _brute_distinct(texts, 0.8) == len(paragraphs)
+    assert distinct_count([], threshold=0.8, ngram=5) == 0
+
+
+def test_queries_json_measures_each_list_per_question_and_on_average(saved, questions, capsys):
+    assert main(["query", str(saved), "--queries", str(questions), "-k", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "rag-dedup.queries/1" and d["k"] == 8 and d["fetch_factor"] == 3
+    assert [q["question"] for q in d["questions"]] == QUESTIONS  # the blank line is not a question
+    for q in d["questions"]:
+        plain, post, distinct = q["plain"], q["postprocessor"], q["distinct"]
+        assert plain["returned"] == 8 and plain["removed"] == 8 - plain["distinct"]
+        assert plain["ratio"] == pytest.approx(plain["distinct"] / 8, abs=1e-4)
+        assert distinct["returned"] == distinct["distinct"] == 8 and distinct["ratio"] == 1.0
+        assert post["distinct"] <= post["returned"] <= 8
+    warranty = d["questions"][0]
+    assert warranty["plain"]["ratio"] < 1.0  # the bundled corpus repeats the MIT/GPL warranty disclaimers
+    assert warranty["plain"]["removed"] > 0 and warranty["distinct"]["removed"] > 0
+    for method in ("plain", "postprocessor", "distinct"):
+        ratios = [q[method]["ratio"] for q in d["questions"]]
+        assert d["mean"][method]["ratio"] == pytest.approx(sum(ratios) / len(ratios), abs=1e-4)
+
+
+def test_queries_text_has_a_row_per_question_and_the_mean(saved, questions, capsys):
+    assert main(["query", str(saved), "--queries", str(questions)]) == 0
+    out = capsys.readouterr().out
+    assert "3 questions, top 10 of" in out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3 and all("removed)" in r for r in rows)
+    assert out.splitlines()[-1].startswith("mean ")
+
+
+def test_queries_html_page(saved, questions, tmp_path, capsys):
+    page = tmp_path / "queries.html"
+    assert main(["query", str(saved), "--queries", str(questions), "--html", str(page)]) == 0
+    capsys.readouterr()
+    text = page.read_text(encoding="utf-8")
+    assert 'data-report="queries"' in text and text.count('<details class="cluster"') == 3
+    assert "DistinctRetriever" in text and "mean" in text
+
+
+def test_one_question_shows_the_ratios_and_the_distinct_list_in_json(saved, capsys):
+    assert main(["query", str(saved), QUESTIONS[0], "-k", "6", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["distinct_retriever"]) == 6 and d["evidence"]["distinct"]["ratio"] == 1.0
+    assert d["evidence"]["plain"]["returned"] == len(d["without_dedup"]) == 6
+    assert main(["query", str(saved), QUESTIONS[0], "-k", "6"]) == 0
+    assert "distinct evidence (pairwise Jaccard < 0.8): plain top k:" in capsys.readouterr().out
+
+
+def _damage_chunks(saved: Path) -> None:
+    (saved / "chunks.json").write_text('{"schema": "rag-dedup.chunks/1", "chunks": [{"key": 1}]}')
+
+
+def _truncate_chunks(saved: Path) -> None:
+    raw = (saved / "chunks.json").read_bytes()
+    (saved / "chunks.json").write_bytes(raw[: len(raw) // 2])
+
+
+def _damage_index(saved: Path) -> None:
+    manifest = saved / "index" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:-20])
+
+
+def _damage_bm25(saved: Path) -> None:
+    for p in (saved / "bm25").glob("params*.json"):
+        p.write_text("{not json")
+
+
+@pytest.mark.parametrize("damage", [_damage_chunks, _truncate_chunks, _damage_index, _damage_bm25],
+                         ids=["chunk-record", "truncated-chunks", "index-manifest", "bm25-params"])
+def test_query_on_a_damaged_save_is_one_line_and_exit_2(damage, saved, tmp_path, capsys):
+    """Regression (issue 17 item 6): `query` on a damaged save printed a traceback and exited 1."""
+    import shutil
+
+    copy = tmp_path / "saved"
+    shutil.copytree(saved, copy)
+    damage(copy)
+    code = main(["query", str(copy), QUESTIONS[0]])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("rag-dedup: error: ") and "Traceback" not in err
+    assert str(copy) in err
