@@ -203,7 +203,8 @@ def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
        :data:`HANGUL_RUN` or more; the rest of the word between such characters is a token.
     2. With ``ignore_decoration`` (the default): ``https://`` reads as ``http://``; tokens of punctuation and symbols only (:func:`is_decoration`)
        are dropped; and so are the list and section numbers (:data:`NUMBERING`) that begin a line, or
-       follow only dropped tokens on it. Lines end at LF and CR, as in :func:`canonical`.
+       follow only dropped tokens on it. Lines end at LF and CR, as in :func:`canonical`. A text that
+       would lose every token keeps them all (it is compared as written).
 
     The shingling in :mod:`rag_dedup.shingles` computes the same tokens in bulk; this function is
     its specification (and its reference in the tests).
@@ -211,17 +212,19 @@ def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     tokens: list[str] = []
+    every: list[str] = []
     for line in token_form(text).replace("\r", "\n").split("\n"):
         leading = True
         for word in line.split():
             if ignore_decoration:
                 word = word.replace("https://", "http://")
             for token in _split_word(word):
+                every.append(token)
                 if ignore_decoration and (is_decoration(token) or (leading and _NUMBERING.fullmatch(token))):
                     continue
                 leading = False
                 tokens.append(token)
-    return tokens
+    return tokens or every  # a text of decoration only is compared as written
 
 
 def _split_word(word: str) -> list[str]:

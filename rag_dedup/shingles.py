@@ -197,6 +197,16 @@ _LAST = (~_SOLID).astype(np.uint8)
 _LAST[list(b".)")] |= 2
 
 
+def _restore_bare(keep: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """``keep``, with every word kept of the texts that the decoration rule would leave empty.
+
+    A text made of decoration only ("* * *", "1.") is compared as written: emptied, it would have no
+    shingles, match nothing, and share every band with every other such text.
+    """
+    bare = (np.bincount(owner[keep], minlength=n) == 0) & (np.bincount(owner, minlength=n) > 0)
+    return keep | bare[owner] if bare.any() else keep
+
+
 def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
 
@@ -240,7 +250,7 @@ def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndar
     # break. A gap of one byte is a line break when that byte is; longer gaps are searched.
     before = np.maximum(numbers - 1, 0)
     gap = ends[before]
-    one = buf[gap]
+    one = buf[np.minimum(gap, len(buf) - 1)]  # the first word has no word before it (and no gap)
     direct = (numbers == 0) | (one == 10) | (one == 13)
     for n in np.flatnonzero(~direct & (starts[numbers] - gap > 1)).tolist():
         direct[n] = _breaks(data, int(gap[n]), int(starts[numbers[n]]))
@@ -384,6 +394,7 @@ def _hash_piece(
     if ignore_decoration and len(starts):
         keep = _undecorated(joined, buf, starts, ends)
         if not keep.all():
+            keep = _restore_bare(keep, text_of_word, len(texts))
             starts, ends, words, text_of_word = starts[keep], ends[keep], words[keep], text_of_word[keep]
     words_per_text = np.bincount(text_of_word, minlength=len(texts))
     first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
@@ -679,6 +690,8 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     if ignore_decoration and len(starts):
         keep = _undecorated(data, buf, starts, starts + sizes)
         if not keep.all():
+            owner = np.searchsorted(np.cumsum(lengths + 1) - lengths + 1, starts, side="right") - 1
+            keep = _restore_bare(keep, owner, n)
             starts, sizes = starts[keep], sizes[keep]
     # A word is read as two unaligned little-endian 8-byte loads, its bytes 0-7 (lo) and 8-15 (hi),
     # the bytes past its end masked off: for a word of up to 16 bytes the pair is the word itself,

@@ -13,7 +13,8 @@ import pytest
 
 from rag_dedup.app.cli import main
 from rag_dedup.app.retrieval import distinct_count
-from rag_dedup.shingles import jaccard, shingle_hashes
+from rag_dedup.shingles import shingle_hashes
+from rag_dedup.similarity import jaccard
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"

@@ -56,7 +56,8 @@ def bm25_retriever(chunks: Sequence[Chunk]) -> Any:
 
 def distinct_count(texts: Sequence[str], *, threshold: float, ngram: int) -> int:
     """Size of the greedy set over ``texts`` (in order) with pairwise Jaccard < ``threshold``."""
-    from rag_dedup.shingles import jaccard_many, shingle_hashes
+    from rag_dedup.shingles import shingle_hashes
+    from rag_dedup.similarity import jaccard_many
 
     kept: list[Any] = []
     for text in texts:

@@ -293,8 +293,8 @@ def _check_groups(path: Path, arrays: dict[str, np.ndarray], b: int) -> int:
     if len({d.tobytes() for d in arrays["digests"]}) != n:
         _corrupt(path, "two groups have the same digest")
     offsets, shingles = arrays["shingle_offsets"], arrays["shingles"]
-    if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(shingles) or (np.diff(offsets) < 1).any():
-        _corrupt(path, f"shingle offsets do not cut {len(shingles)} shingles into {n} non-empty groups")
+    if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(shingles) or (np.diff(offsets) < 0).any():
+        _corrupt(path, f"shingle offsets do not cut {len(shingles)} shingles into {n} groups")
     # unsorted[i]: shingle i + 1 does not exceed shingle i; the first of a group may (a boundary).
     unsorted = shingles[1:] <= shingles[:-1]
     unsorted[offsets[1:-1] - 1] = False
