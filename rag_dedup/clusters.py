@@ -5,35 +5,63 @@ whose shingle sets have Jaccard >= threshold. Its connected components do not de
 which nodes were added, but a component can be a *chain* (A~B, B~C, while A and C share little), and
 gluing a whole chain into one cluster would make a representative stand for text it does not contain.
 
-So each component is split by :func:`split_component`, a pure function of its members: let the policy
-choose a center among the members not yet placed; the center, every unplaced member with Jaccard
->= threshold *to the center*, and every unplaced member at least ``floor``-similar to the center that
-is a near-duplicate of a member already placed, form a cluster; repeat. Every member of a cluster is
-therefore at least ``floor``-similar to its representative (no drift along chains), and the result
-depends only on the set of members, never on arrival or union order.
+So each component is cut into clusters by :func:`cluster_component`, a pure function of its members
+and their shingle sets. With J the exact Jaccard similarity of two groups' shingle sets and ``f`` the
+drift floor, repeat until every group is placed, over the set U of groups not yet placed:
+
+1. **Center by coverage.** Every g in U gets its *pooled Jaccard* to the rest of U,
+   ``P(g) = Σ_{x in U, x != g} |g ∩ x| / Σ_{x in U, x != g} |g ∪ x|``: the share of everything g and
+   the others hold that they hold in common. The sums are exact integers, computed for all of U at
+   once from one count of how many groups hold each shingle (``Σ_x |g ∩ x| = Σ_{s in g} (n_s - 1)``,
+   ``Σ_x |g ∪ x| = (|U| - 2)|g| + Σ_{x in U} |x| - Σ_x |g ∩ x|``), so this step costs
+   O(Σ|x| log Σ|x|), not one comparison per pair. The center is the group of highest P; the policy
+   breaks ties (among the members of the tied groups).
+2. **Cluster.** The center and every g in U with ``J(center, g) >= f``.
+3. **Eligible to represent.** A member is *eligible* when it is ``>= f`` to every other member of its
+   cluster; the center always is (step 2). The representative is the policy's choice among the
+   eligible members, so every member of a cluster is ``>= f`` to its representative: no chaining
+   drift, whatever the component's shape. Eligibility is certified without comparing pairs where the
+   triangle inequality of the Jaccard distance ``d = 1 - J`` allows it: with ``R`` the largest
+   ``d(center, y)`` in the cluster, ``d(center, x) + R <= 1 - f`` implies ``d(x, y) <= 1 - f`` for
+   every member y; only the other members are compared with the whole cluster.
+
+Why this keeps families together: the longest (or most authoritative) member of a real family is
+often at its edge, and a rule that grows the cluster around the policy's pick leaves the far side of
+the family out. The center by coverage is the family's middle; a family whose members are all ``>= f``
+to one another (a dense clique) is always one cluster, represented by the policy's choice among all
+its members, and in a chain the center covers every member within ``f`` on both sides.
+
+Every step reads only the set of groups, their shingle sets and their members (never an order of
+arrival or of union), so the clusters and representatives are a pure function of the set of items.
 
 Example:
+    >>> import numpy as np
     >>> from rag_dedup.policy import Member, longest_then_authority
-    >>> m = {k: Member(k, n, None, 0.0, None) for k, n in [("a", 30), ("b", 20), ("c", 10)]}
-    >>> sims = {("a", "b"): 0.9, ("b", "c"): 0.9, ("a", "c"): 0.5}
-    >>> def sim(x, y):
-    ...     return 1.0 if x == y else sims.get((x, y), sims.get((y, x), 0.0))
-    >>> def similarities(x, others):
-    ...     return [sim(x, y) for y in others]
-    >>> split_component(list(m.values()), lambda m: m.key, similarities, 0.8, longest_then_authority)
-    [('a', [('a', 1.0), ('b', 0.9)]), ('c', [('c', 1.0)])]
+    >>> sets = {1: np.arange(0, 100), 2: np.arange(5, 105), 3: np.arange(10, 110)}
+    >>> members = [(Member("edge", 300, None, 0.0, None), 1), (Member("middle", 200, None, 0.0, None), 2),
+    ...            (Member("far", 100, None, 0.0, None), 3)]
+    >>> [(rep, [(k, round(s, 3)) for k, s in ms]) for rep, ms in
+    ...  cluster_component(members, {g: s.astype(np.uint32) for g, s in sets.items()}, 0.7, longest_then_authority)]
+    [('edge', [('edge', 1.0), ('far', 0.818), ('middle', 0.905)])]
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from rag_dedup.policy import Member, Policy, choose
+import numpy as np
 
-__all__ = ["UnionFind", "split_component"]
+from rag_dedup.policy import Member, Policy, choose
+from rag_dedup.shingles import jaccard_many
+
+__all__ = ["UnionFind", "cluster_component", "pooled_jaccard"]
 
 T = TypeVar("T", bound=Hashable)
+
+# Slack for the float rounding of d = 1 - J in the triangle-inequality certificate (J is a ratio of
+# integers below 2^32, so its rounding error is far below this); a member within the slack is compared.
+_SLACK = 1e-9
 
 
 class UnionFind(Generic[T]):
@@ -76,74 +104,106 @@ class UnionFind(Generic[T]):
         return list(out.values())
 
 
-def split_component(
-    members: Sequence[Member],
-    group_of: Callable[[Member], Hashable],
-    similarities: Callable[[Hashable, Sequence[Hashable]], Sequence[float]],
-    threshold: float,
+def pooled_jaccard(sets: Sequence[np.ndarray]) -> np.ndarray:
+    """``P(g) = Σ_{x != g} |g ∩ x| / Σ_{x != g} |g ∪ x|`` for every set g of ``sets`` (sorted unique arrays).
+
+    With n_s the number of sets holding shingle s, ``Σ_{x != g} |g ∩ x| = Σ_{s in g} (n_s - 1)`` and
+    ``Σ_{x != g} |g ∪ x| = (n - 2)|g| + Σ_x |x| - Σ_{x != g} |g ∩ x|``: one count of the shingles
+    instead of n²/2 comparisons. Both sums are integers, so equal values compare equal exactly.
+    0.0 for a set of one, or for an empty set.
+    """
+    n = len(sets)
+    out = np.zeros(n, dtype=np.float64)
+    sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=n)
+    if n < 2 or not sizes.any():
+        return out
+    _, inverse, counts = np.unique(np.concatenate(sets), return_inverse=True, return_counts=True)
+    shared = np.concatenate(([0], np.cumsum(counts[inverse] - 1)))
+    ends = np.cumsum(sizes)
+    inter = shared[ends] - shared[ends - sizes]
+    union = (n - 2) * sizes + int(sizes.sum()) - inter
+    nonempty = sizes > 0
+    out[nonempty] = inter[nonempty] / union[nonempty]
+    return out
+
+
+def cluster_component(
+    members: Sequence[tuple[Member, int]],
+    shingles: Mapping[int, np.ndarray],
+    floor: float,
     policy: Policy,
-    floor: float | None = None,
 ) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Split one connected component into clusters around policy-chosen centers.
+    """Cut one connected component into clusters: centers by coverage, representatives by the policy.
 
-    A cluster is its center, every unplaced member with similarity >= ``threshold`` to the center,
-    and, to a fixpoint, every unplaced member with similarity >= ``floor`` to the center that has
-    similarity >= ``threshold`` to a member already in the cluster. The floor bounds chaining drift
-    (every member is at least ``floor``-similar to its representative) while a near-duplicate pair
-    is not torn apart merely because one of the two is a little further from the center.
-
-    Members with the same text (the same *group*) have the same similarity to everything, so they
-    always land in the same cluster; the work is done per group, the policy still chooses items.
+    The rule is stated in this module's docstring. Members with the same canonical text (one *group*)
+    have the same similarity to everything, so they always land in the same cluster; the work is
+    done per group, and the policy still chooses among items.
 
     Args:
-        members: The component's items.
-        group_of: The group (exact-duplicate class) of a member.
-        similarities: ``similarities(g, others)``: the Jaccard similarity of group ``g`` to each of
-            the groups ``others`` (1.0 for a group and itself), computed in one call.
-        threshold: The duplicate threshold.
-        policy: Chooses the center among the members not yet placed.
-        floor: The least similarity to the center a member reached through a chain may have;
-            None means ``threshold`` (no chains).
+        members: The component's items, each with its group id.
+        shingles: The sorted unique shingle-hash array of every group id in ``members``.
+        floor: The drift floor: every member of a cluster is at least this similar to its
+            representative (``DedupIndex.drift_floor``).
+        policy: Breaks ties between centers, and chooses the representative among the eligible members.
 
     Returns:
-        ``[(representative_key, [(member_key, similarity_to_representative), ...]), ...]`` in the
-        order the centers were chosen; each member list starts with the representative.
+        ``[(representative_key, [(member_key, similarity_to_representative), ...]), ...]``, in the
+        order the centers were chosen; each member list starts with the representative (1.0), then
+        the others in key order. Similarities are exact Jaccard values of the groups' shingle sets.
+
+    Raises:
+        KeyError: A group of ``members`` has no entry in ``shingles``.
+        ValueError: The policy returned something that is not one of the members it was given.
     """
-    floor = threshold if floor is None else min(floor, threshold)
-    items: dict[Hashable, list[Member]] = {}
-    for m in members:
-        items.setdefault(group_of(m), []).append(m)
-    remaining = list(items)
+    items: dict[int, list[Member]] = {}
+    group_of: dict[str, int] = {}
+    for m, g in sorted(members, key=lambda mg: mg[0].key):
+        items.setdefault(g, []).append(m)
+        group_of[m.key] = g
+    remaining = sorted(items)
+    for g in remaining:
+        if g not in shingles:
+            raise KeyError(f"group {g} of member {items[g][0].key!r} has no shingle set")
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
-        center = choose(policy, [m for g in remaining for m in items[g]])
-        cg = group_of(center)
-        others = [g for g in remaining if g != cg]
-        placed: list[tuple[Hashable, float]] = [(cg, 1.0)]
-        fringe: list[tuple[Hashable, float]] = []
-        rest: list[Hashable] = []
-        for g, s in zip(others, similarities(cg, others)):
-            if s >= threshold:
-                placed.append((g, float(s)))
-            elif s >= floor:
-                fringe.append((g, float(s)))
-            else:
-                rest.append(g)
-        grew = True
-        while fringe and grew:
-            grew = False
-            still: list[tuple[Hashable, float]] = []
-            for g, s in fringe:
-                near = similarities(g, [p for p, _ in placed[1:]])
-                if len(near) and max(near) >= threshold:
-                    placed.append((g, s))
-                    grew = True
-                else:
-                    still.append((g, s))
-            fringe = still
-        rest.extend(g for g, _ in fringe)
-        cluster = [(center.key, 1.0)]
-        cluster.extend((m.key, s) for g, s in placed for m in items[g] if m.key != center.key)
-        clusters.append((center.key, cluster))
-        remaining = rest
+        sets = [shingles[g] for g in remaining]
+        coverage = pooled_jaccard(sets)
+        tied = np.flatnonzero(coverage == coverage.max()).tolist()
+        center = group_of[choose(policy, [m for i in tied for m in items[remaining[i]]]).key]
+        to_center = jaccard_many(shingles[center], sets)
+        inside = [i for i, g in enumerate(remaining) if g == center or to_center[i] >= floor]
+        cluster = [remaining[i] for i in inside]
+        cluster_sets = [sets[i] for i in inside]
+        eligible = _eligible(cluster, cluster_sets, to_center[inside], center, floor)
+        rep = choose(policy, [m for g in eligible for m in items[g]])
+        rep_group = group_of[rep.key]
+        to_rep = to_center[inside] if rep_group == center else jaccard_many(shingles[rep_group], cluster_sets)
+        placed = [(rep.key, 1.0)]
+        for g, s in sorted(
+            ((m.key, 1.0 if g == rep_group else float(s)) for g, s in zip(cluster, to_rep.tolist()) for m in items[g]),
+        ):
+            if g != rep.key:
+                placed.append((g, s))
+        clusters.append((rep.key, placed))
+        taken = set(cluster)
+        remaining = [g for g in remaining if g not in taken]
     return clusters
+
+
+def _eligible(
+    cluster: Sequence[int], sets: Sequence[np.ndarray], to_center: np.ndarray, center: int, floor: float
+) -> list[int]:
+    """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is).
+
+    A group x with ``d(center, x) + max_y d(center, y) <= 1 - floor`` (d = 1 - J, a metric) is
+    eligible by the triangle inequality; only the others are compared with the whole cluster.
+    """
+    dist = 1.0 - to_center
+    reach = 1.0 - floor - _SLACK - float(dist.max())
+    out = []
+    for i, g in enumerate(cluster):
+        if g == center or dist[i] <= reach:
+            out.append(g)
+        elif float(jaccard_many(sets[i], sets).min()) >= floor:
+            out.append(g)
+    return out

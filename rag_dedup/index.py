@@ -12,10 +12,11 @@ How a text is placed:
    at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
    (from bucket counts of the two sets, :func:`~rag_dedup.shingles.jaccard_upper_bounds`) is below
    the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
-4. **Clusters.** Connected components of the edge graph are split around policy-chosen centers
-   (:func:`~rag_dedup.clusters.split_component`): every member is within the threshold of its
-   representative, or within ``drift_floor`` and a near-duplicate of another member, so a chain
-   A~B~C cannot glue together texts that share little.
+4. **Clusters.** Connected components of the edge graph are cut into clusters around centers chosen
+   by coverage (:func:`~rag_dedup.clusters.cluster_component`): a cluster is its center and every
+   group at least ``drift_floor``-similar to it, and its representative is the policy's choice among
+   the members at least ``drift_floor``-similar to every other member, so every member is within
+   ``drift_floor`` of its representative and a chain A~B~C cannot glue together texts that share little.
 
 Steps 1-4 depend only on the *set* of items, so adding the same items in any order, one at a time or
 in batches, gives the same clusters and representatives. A cluster's id is its representative's key.
@@ -52,7 +53,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import lsh
-from rag_dedup.clusters import UnionFind, split_component
+from rag_dedup.clusters import UnionFind, cluster_component
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
@@ -60,7 +61,6 @@ from rag_dedup.shingles import (
     DEFAULT_NGRAM,
     canonical_digest,
     jaccard,
-    jaccard_many,
     jaccard_pairs,
     jaccard_upper_bounds,
     shingle_hashes_many,
@@ -464,7 +464,6 @@ class DedupIndex:
         involved = list(dict.fromkeys([*touched, *others]))
         component = dict(zip(involved, storage.component_members(involved)))
         uf: UnionFind[int] = UnionFind()
-        known: dict[tuple[int, int], float] = {}  # Jaccard of verified pairs, reused when clustering
         for g in involved:
             uf.add(min(component[g]))
         # Every candidate pair once (two new groups propose each other), verified in one bulk call.
@@ -476,7 +475,6 @@ class DedupIndex:
             right = np.fromiter((row[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
             sims = jaccard_pairs([shingles[g] for g in ids], left, right).tolist()
             for (g, c), s in zip(pairs, sims):
-                known[(g, c)] = known[(c, g)] = s
                 if s >= self.threshold:
                     uf.union(min(component[g]), min(component[c]))
         merged: dict[int, set[int]] = {}
@@ -503,7 +501,7 @@ class DedupIndex:
                     keys.extend(placed[0])
                     clusters.extend(placed[1])
                     continue
-            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles, known)
+            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         if keys:
@@ -543,32 +541,22 @@ class DedupIndex:
             updates[rep].extend((k, sim) for k in new)
         return [k for members in updates.values() for k, _ in members], list(updates.items())
 
-    def _cluster_component(
-        self, gids: Sequence[int], shingles: dict[int, np.ndarray], known: Mapping[tuple[int, int], float] | None = None
-    ) -> tuple[list[str], list[ClusterEntry]]:
-        """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.split_component`)."""
+    def _cluster_component(self, gids: Sequence[int], shingles: dict[int, np.ndarray]) -> tuple[list[str], list[ClusterEntry]]:
+        """The keys of one component and its clusters (see :func:`~rag_dedup.clusters.cluster_component`).
+
+        ``shingles`` holds sets already read; the component's others are read from the storage.
+        """
         storage = self.storage
         keys = [k for ks in storage.group_items(gids) for k in ks]
         members = []
-        gid_of: dict[str, int] = {}
         for key, rec in zip(keys, storage.get_items(keys)):
             if rec is None:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
-            gid_of[key] = rec.gid
-            members.append(Member(key, rec.length, rec.source, rec.authority, rec.first_seen))
-
-        def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
-            if known is not None and all((g, o) in known for o in others):
-                return [known[(g, o)] for o in others]  # verified pairs: no shingles needed
-            missing = [x for x in (g, *others) if x not in shingles]
-            if missing:
-                shingles.update(zip(missing, storage.group_shingles(missing)))
-            return jaccard_many(shingles[g], [shingles[o] for o in others])
-
-        group_of = gid_of.__getitem__
-        return keys, split_component(
-            members, lambda m: group_of(m.key), similarities, self.threshold, self.policy, self.drift_floor
-        )
+            members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+        missing = [g for g in gids if g not in shingles]
+        if missing:
+            shingles.update(zip(missing, storage.group_shingles(missing)))
+        return keys, cluster_component(members, shingles, self.drift_floor, self.policy)
 
     # --- removing ---------------------------------------------------------------------------
     def remove(self, key: str) -> None:

@@ -144,10 +144,10 @@ def test_memory_band_pairs_equal_the_generic_ones(batches: list[tuple[int, bool]
     assert rows.dtype == gids.dtype == np.int64
 
 
-def test_two_text_clusters_equal_split_component() -> None:
-    """A component of two texts gets what split_component gives for the two on their own, with the
+def test_two_text_clusters_equal_cluster_component() -> None:
+    """A component of two texts gets what cluster_component gives for the two on their own, with the
     default policy and with a custom one (shortest text first)."""
-    from rag_dedup.clusters import split_component
+    from rag_dedup.clusters import cluster_component
     from rag_dedup.policy import Member, longest_then_authority
 
     def shortest(members):
@@ -164,14 +164,9 @@ def test_two_text_clusters_equal_split_component() -> None:
         assert len(pairs) >= 20
         for a, b in pairs:
             sets = dict(zip((a, b), shingle_hashes_many([texts[a], texts[b]])))
-            members = [Member(k, len(texts[k]), None, 0.0, None) for k in (a, b)]
-            expected = split_component(
-                members,
-                lambda m: m.key,
-                lambda g, others, sets=sets: [jaccard(sets[g], sets[o]) for o in others],
-                0.8,
-                policy or longest_then_authority,
-                index.drift_floor,
+            members = [(Member(k, len(texts[k]), None, 0.0, None), i) for i, k in enumerate((a, b))]
+            expected = cluster_component(
+                members, {0: sets[a], 1: sets[b]}, index.drift_floor, policy or longest_then_authority
             )
             got = sorted([(a, index.match(a).similarity), (b, index.match(b).similarity)])
             assert [(rep, sorted(ms)) for rep, ms in expected] == [(index.representative(a), got)]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_dedup import candidate_probability, choose_bands, knee
-from rag_dedup.clusters import UnionFind, split_component
+from rag_dedup.clusters import UnionFind, cluster_component
 from rag_dedup.lsh import DEFAULT_RECALL, band_keys
 from rag_dedup.policy import Member, choose, default_rank, longest_then_authority
 
@@ -106,35 +106,49 @@ def test_policy_must_return_a_member() -> None:
         choose(lambda ms: member("stranger", 1), [member("a", 1)])
 
 
-SIMS = {("a", "b"): 0.85, ("b", "c"): 0.85, ("a", "c"): 0.75, ("c", "d"): 0.9, ("a", "d"): 0.5, ("b", "d"): 0.7}
+def interval(lo: int, hi: int) -> np.ndarray:
+    """A shingle set: the hashes lo..hi-1 (two intervals' Jaccard is their overlap over their union)."""
+    return np.arange(lo, hi, dtype=np.uint32)
 
 
-def sim(x: str, others: list[str]) -> list[float]:
-    return [1.0 if x == y else SIMS.get((x, y), SIMS.get((y, x), 0.0)) for y in others]
+# A chain of four: each 0.818 to the next, 0.667 two steps apart, 0.538 end to end.
+CHAIN = {1: interval(0, 100), 2: interval(10, 110), 3: interval(20, 120), 4: interval(30, 130)}
+CHAIN_KEYS = {"a": 1, "b": 2, "c": 3, "d": 4}
 
 
-def by_key(m: Member) -> str:
-    return m.key
+def test_chain_is_cut_at_the_drift_floor_around_its_middle() -> None:
+    """The center is a middle link (b and c tie on coverage; the policy takes b, the longer); a and
+    c join it, d (0.667 to b) does not. a, the longest, is not eligible: it is only 0.667 like c."""
+    ms = [(member("a", 40), 1), (member("b", 30), 2), (member("c", 20), 3), (member("d", 10), 4)]
+    got = cluster_component(ms, CHAIN, 0.7, longest_then_authority)
+    assert got == [("b", [("b", 1.0), ("a", 90 / 110), ("c", 90 / 110)]), ("d", [("d", 1.0)])]
+    for rep, placed in got:
+        assert all(s >= 0.7 for _, s in placed)  # no drift
 
 
-def test_chain_is_cut_at_the_drift_floor() -> None:
-    """Guards against chaining drift: d is a near-duplicate of c, but only 0.5 like the representative."""
-    ms = [member("a", 40), member("b", 30), member("c", 20), member("d", 10)]
-    got = split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)
-    assert got == [("a", [("a", 1.0), ("b", 0.85), ("c", 0.75)]), ("d", [("d", 1.0)])]
-    # Without a floor below the threshold, only direct near-duplicates of the center join.
-    strict = split_component(ms, by_key, sim, 0.8, longest_then_authority)
-    assert strict == [("a", [("a", 1.0), ("b", 0.85)]), ("c", [("c", 1.0), ("d", 0.9)])]
+def test_clique_is_one_cluster_represented_by_the_policy() -> None:
+    """All four are >= 0.7 to each other at floor 0.5: one cluster, and the longest represents it,
+    though it is at the edge of the family."""
+    ms = [(member("a", 40), 1), (member("b", 30), 2), (member("c", 20), 3), (member("d", 10), 4)]
+    assert cluster_component(ms, CHAIN, 0.5, longest_then_authority) == [
+        ("a", [("a", 1.0), ("b", 90 / 110), ("c", 80 / 120), ("d", 70 / 130)])
+    ]
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.permutations(["a", "b", "c", "d"]))
-def test_split_component_ignores_member_order(order: list[str]) -> None:
+@given(st.permutations(["a", "b", "c", "d"]), st.permutations([1, 2, 3, 4]))
+def test_cluster_component_ignores_member_order(order: list[str], dict_order: list[int]) -> None:
     lengths = {"a": 40, "b": 30, "c": 20, "d": 10}
-    ms = [member(k, lengths[k]) for k in order]
-    assert split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)[0][0] == "a"
-    got = {rep: sorted(k for k, _ in m) for rep, m in split_component(ms, by_key, sim, 0.8, longest_then_authority, floor=0.7)}
-    assert got == {"a": ["a", "b", "c"], "d": ["d"]}
+    ms = [(member(k, lengths[k]), CHAIN_KEYS[k]) for k in order]
+    sets = {g: CHAIN[g] for g in dict_order}
+    assert cluster_component(ms, sets, 0.7, longest_then_authority) == cluster_component(
+        sorted(ms, key=lambda m: m[0].key), CHAIN, 0.7, longest_then_authority
+    )
+
+
+def test_cluster_component_names_a_group_without_shingles() -> None:
+    with pytest.raises(KeyError, match="group 9 of member 'x' has no shingle set"):
+        cluster_component([(member("x", 1), 9)], CHAIN, 0.7, longest_then_authority)
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,13 +190,7 @@ def test_band_table_behaves_like_a_dict_of_sets(ops) -> None:
 
 
 def test_members_of_one_group_land_together() -> None:
-    """Exact copies share every similarity; the policy may pick any of them as the center."""
-    ms = [member("a1", 10), member("a2", 50), member("b", 40)]
-    groups = {"a1": "A", "a2": "A", "b": "B"}
-    sims = {("A", "B"): 0.85}
-
-    def group_sims(g: str, others: list[str]) -> list[float]:
-        return [1.0 if g == o else sims.get((g, o), sims.get((o, g), 0.0)) for o in others]
-
-    got = split_component(ms, lambda m: groups[m.key], group_sims, 0.8, longest_then_authority)
-    assert got == [("a2", [("a2", 1.0), ("a1", 1.0), ("b", 0.85)])]
+    """Exact copies share every similarity; the policy may pick any of them as the representative."""
+    ms = [(member("a1", 10), 1), (member("a2", 50), 1), (member("b", 40), 2)]
+    got = cluster_component(ms, {1: interval(0, 100), 2: interval(5, 105)}, 0.7, longest_then_authority)
+    assert got == [("a2", [("a2", 1.0), ("a1", 1.0), ("b", 95 / 105)])]
