@@ -499,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
     scan.add_argument("--save", metavar="DIR", help="keep the index and chunks in DIR for `rag-dedup query`")
     scan.add_argument("--top", type=_positive, default=10, help="rows per table in the summary (default 10)")
+    scan.add_argument("--engine", choices=("memory", "spark"), default="memory",
+                      help="memory: DedupIndex in this process (default); spark: the Spark job, same answer "
+                           '(pip install "rag-dedup[spark]", Java)')
+    scan.add_argument("--master", default="local[2]", help="Spark master for --engine spark (default local[2])")
 
     tune = sub.add_parser("tune", help="read pairs near candidate thresholds to choose one",
                           description="For each candidate threshold, count what it suppresses and show "
@@ -563,7 +567,16 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if args.save:
         check_save_target(Path(args.save))  # before the work, not after it
     corpus, chunks = _corpus_chunks(args)
-    index = build_index(chunks, threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
+    if args.engine == "spark":
+        try:
+            from rag_dedup.spark.engine import spark_index
+
+            index = spark_index(((c.key, c.text, c.source) for c in chunks), master=args.master,
+                                threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
+        except (ImportError, RuntimeError) as e:  # pyspark or Java missing: the message names the fix
+            raise UsageError(str(e)) from e
+    else:
+        index = build_index(chunks, threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
     settings = {"chunk_size": args.chunk_size, "chunk_overlap": args.chunk_overlap}
     summary = summarize(index, chunks, documents=len(corpus.documents), skipped=corpus.skipped,
                         settings=settings)

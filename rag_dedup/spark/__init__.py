@@ -15,7 +15,17 @@ from rag_dedup.spark.session import require_pyspark
 require_pyspark()  # before the modules that import pyarrow: a missing one is named with its fix
 
 from rag_dedup.spark.job import COLUMNS, DedupResult, dedup_dataframe, dedup_job, write_result  # noqa: E402
-from rag_dedup.spark.load import load_index  # noqa: E402
+from rag_dedup.spark.load import CorruptResultError, load_index  # noqa: E402
 from rag_dedup.spark.session import SparkSetupError, session  # noqa: E402
 
-__all__ = ["COLUMNS", "DedupResult", "SparkSetupError", "dedup_dataframe", "dedup_job", "load_index", "session", "write_result"]
+__all__ = [
+    "COLUMNS",
+    "CorruptResultError",
+    "DedupResult",
+    "SparkSetupError",
+    "dedup_dataframe",
+    "dedup_job",
+    "load_index",
+    "session",
+    "write_result",
+]

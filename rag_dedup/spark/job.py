@@ -6,7 +6,7 @@
     groups ──MinHash + bands (mapInArrow)──> band rows (bucket, group) ──3 group by bucket──> candidate pairs
     pairs ──4 verify: exact Jaccard (mapInArrow)──> edges (J >= threshold)
     edges ──5 connected components (large-star / small-star)──> component of every group
-    items + groups + edges by component ──6 cluster rule (mapInArrow, sorted by component)──> clusters
+    items + groups by component ──6 cluster rule (mapInArrow, sorted by component)──> clusters
 
 1. **hash**: canonical form, exact digest and shingle hashes of every row, a batch at a time, with
    :func:`~rag_dedup.shingles.shingles_and_digests` (the index's kernel).
@@ -192,7 +192,7 @@ def dedup_job(
     ).where(F.col("a") != F.col("b")).distinct()
     # 4. verify
     sets = banded.select("gid", "shingles")
-    verified = checkpoint(
+    verified = (
         pairs.join(sets.withColumnRenamed("gid", "a").withColumnRenamed("shingles", "sa"), "a")
         .join(sets.withColumnRenamed("gid", "b").withColumnRenamed("shingles", "sb"), "b")
         .select("a", "b", "sa", "sb")
@@ -206,31 +206,21 @@ def dedup_job(
     ruled = F.col("comp").isNotNull() | (F.col("n") > 1)
     item_rows = items.where(ruled).select(
         F.coalesce("comp", "gid").alias("comp"), "gid", "key", "length", "source", "authority", "first_seen",
-        F.lit(None).cast("binary").alias("shingles"), F.lit(None).cast("long").alias("other"), F.lit(None).cast("double").alias("sim"),
+        F.lit(None).cast("binary").alias("shingles"),
     )
-    group_rows = banded.join(comp, "gid").select(
-        "comp", "gid", F.lit(None).cast("string").alias("key"), F.lit(None).cast("long").alias("length"),
+    group_rows = banded.join(comp, "gid", "left").where(ruled).select(
+        F.coalesce("comp", "gid").alias("comp"), "gid", F.lit(None).cast("string").alias("key"), F.lit(None).cast("long").alias("length"),
         F.lit(None).cast("string").alias("source"), F.lit(None).cast("double").alias("authority"),
-        F.lit(None).cast("double").alias("first_seen"), "shingles", F.lit(None).cast("long").alias("other"),
-        F.lit(None).cast("double").alias("sim"),
-    )
-    ca = comp.withColumnRenamed("gid", "a").withColumnRenamed("comp", "ca")
-    cb = comp.withColumnRenamed("gid", "b").withColumnRenamed("comp", "cb")
-    edge_rows = verified.join(ca, "a").join(cb, "b").where(F.col("ca") == F.col("cb")).select(
-        F.col("ca").alias("comp"), F.col("a").alias("gid"), F.lit(None).cast("string").alias("key"),
-        F.lit(None).cast("long").alias("length"), F.lit(None).cast("string").alias("source"),
-        F.lit(None).cast("double").alias("authority"), F.lit(None).cast("double").alias("first_seen"),
-        F.lit(None).cast("binary").alias("shingles"), F.col("b").alias("other"), "sim",
+        F.lit(None).cast("double").alias("first_seen"), "shingles",
     )
     partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
     clustered = (
         item_rows.unionByName(group_rows)
-        .unionByName(edge_rows)
         .repartition(partitions, "comp")
         .sortWithinPartitions("comp")
         .mapInArrow(
             functools.partial(
-                kernels.cluster_batches, threshold=params.threshold, drift_floor=params.drift_floor, policy=params.policy
+                kernels.cluster_batches, drift_floor=params.drift_floor, policy=params.policy
             ),
             kernels.CLUSTER_SCHEMA,
         )

@@ -4,8 +4,8 @@ Every function here runs inside ``mapInArrow`` on an executor, on whole batches,
 :class:`~rag_dedup.index.DedupIndex` uses: :func:`~rag_dedup.shingles.shingles_and_digests` for
 shingle hashes and exact digests, :class:`~rag_dedup.minhash.MinHasher` and
 :func:`~rag_dedup.lsh.band_keys` for signatures and buckets, :func:`~rag_dedup.shingles.jaccard_pairs`
-for verification, and :func:`cluster_component` (the adapter to the library's cluster rule) for
-each connected component. So every value the job computes is the value the index computes.
+for verification, and :func:`cluster_component` (the one adapter to the library's cluster rule,
+:func:`rag_dedup.clusters.cluster_component`) for each connected component. So every value the job computes is the value the index computes.
 
 Shingle sets travel as ``binary`` columns: the sorted unique uint32 array's little-endian bytes.
 """
@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from rag_dedup import lsh
-from rag_dedup.clusters import split_component
+from rag_dedup import clusters
 from rag_dedup.minhash import MinHasher
 from rag_dedup.policy import Member, Policy
-from rag_dedup.shingles import jaccard_many, jaccard_pairs, shingles_and_digests
+from rag_dedup.shingles import jaccard_pairs, shingles_and_digests
 from rag_dedup.storage.base import ClusterEntry
 
 __all__ = [
@@ -124,45 +124,28 @@ def verify_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 
 
 def cluster_component(
-    members: Sequence[Member],
-    group_of: Mapping[str, int],
-    shingles: Mapping[int, np.ndarray],
-    edges: Mapping[tuple[int, int], float],
-    *,
-    threshold: float,
-    drift_floor: float,
-    policy: Policy,
+    members: Sequence[tuple[Member, int]], shingles: Mapping[int, np.ndarray], *, drift_floor: float, policy: Policy
 ) -> list[ClusterEntry]:
     """The library's cluster rule on one connected component: the one call both engines share.
 
     Args:
-        members: The component's items.
-        group_of: Each member's group id.
+        members: The component's items, each with its group id.
         shingles: The shingle set of each group of the component.
-        edges: The exact Jaccard of verified candidate pairs inside the component, both orders.
-        threshold, drift_floor, policy: As :class:`~rag_dedup.index.DedupIndex`.
+        drift_floor, policy: As :class:`~rag_dedup.index.DedupIndex`.
 
     Returns:
         ``[(representative, [(member, similarity to it), ...]), ...]``, as
-        :func:`~rag_dedup.clusters.split_component` returns it inside ``DedupIndex``.
+        :func:`~rag_dedup.clusters.cluster_component` returns it inside ``DedupIndex``.
     """
-
-    def similarities(g: int, others: Sequence[int]) -> Sequence[float]:
-        if all((g, o) in edges for o in others):
-            return [edges[(g, o)] for o in others]
-        return jaccard_many(shingles[g], [shingles[o] for o in others])
-
-    return split_component(members, lambda m: group_of[m.key], similarities, threshold, policy, drift_floor)
+    return clusters.cluster_component(members, shingles, drift_floor, policy)
 
 
-def cluster_batches(
-    batches: Iterator[pa.RecordBatch], *, threshold: float, drift_floor: float, policy: Policy
-) -> Iterator[pa.RecordBatch]:
+def cluster_batches(batches: Iterator[pa.RecordBatch], *, drift_floor: float, policy: Policy) -> Iterator[pa.RecordBatch]:
     """Phase 6: the cluster rule per component, over rows sorted by component.
 
-    Three kinds of rows arrive, each with its ``comp``: items (``key`` set), groups (``shingles``
-    set) and verified edges (``other`` set). A component's rows are contiguous but may straddle
-    two batches, so a component is processed once a row of the next one (or the end) arrives.
+    Two kinds of rows arrive, each with its ``comp``: items (``key`` set) and groups (``shingles``
+    set). A component's rows are contiguous but may straddle two batches, so a component is
+    processed once a row of the next one (or the end of the partition) arrives.
     """
     rows: dict[str, list] = {}
     current: int | None = None
@@ -178,35 +161,29 @@ def cluster_batches(
                 rows.setdefault(name, []).extend(values[start:i])
             start = i
             if i < len(comps):
-                yield _cluster_rows(rows, threshold, drift_floor, policy)
+                yield _cluster_rows(rows, drift_floor, policy)
                 rows = {}
                 current = comps[i]
     if rows and rows.get("comp"):
-        yield _cluster_rows(rows, threshold, drift_floor, policy)
+        yield _cluster_rows(rows, drift_floor, policy)
 
 
-def _cluster_rows(rows: Mapping[str, list], threshold: float, drift_floor: float, policy: Policy) -> pa.RecordBatch:
-    members: list[Member] = []
+def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) -> pa.RecordBatch:
+    members: list[tuple[Member, int]] = []
     group_of: dict[str, int] = {}
     shingles: dict[int, np.ndarray] = {}
-    edges: dict[tuple[int, int], float] = {}
     info: dict[str, tuple[str | None, int, int, float, float | None]] = {}
-    for key, gid, length, source, authority, first_seen, sh, other, sim in zip(
-        rows["key"], rows["gid"], rows["length"], rows["source"], rows["authority"], rows["first_seen"],
-        rows["shingles"], rows["other"], rows["sim"],
+    for key, gid, length, source, authority, first_seen, sh in zip(
+        rows["key"], rows["gid"], rows["length"], rows["source"], rows["authority"], rows["first_seen"], rows["shingles"]
     ):
         if key is not None:
-            members.append(Member(key, length, source, authority, first_seen))
+            members.append((Member(key, length, source, authority, first_seen), gid))
             group_of[key] = gid
             info[key] = (source, gid, length, authority, first_seen)
-        elif sh is not None:
-            shingles[gid] = np.frombuffer(sh, dtype="<u4").astype(np.uint32)
         else:
-            edges[(gid, other)] = edges[(other, gid)] = sim
+            shingles[gid] = np.frombuffer(sh, dtype="<u4").astype(np.uint32)
     out: dict[str, list] = {name: [] for name in ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind")}
-    for rep, cluster in cluster_component(
-        members, group_of, shingles, edges, threshold=threshold, drift_floor=drift_floor, policy=policy
-    ):
+    for rep, cluster in cluster_component(members, shingles, drift_floor=drift_floor, policy=policy):
         for key, sim in cluster:
             out["key"].append(key)
             out["cluster_id"].append(rep)

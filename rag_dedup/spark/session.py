@@ -59,11 +59,12 @@ def find_java() -> Path:
     return Path(java).resolve().parent.parent
 
 
-def session(master: str = "local[2]", *, shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
+def session(master: str | None = "local[2]", *, shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
     """Get or start a SparkSession at ``master``, with Java and pyspark checked first.
 
     Args:
-        master: The Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``, ...).
+        master: The Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``, ...); None: the
+            one ``spark-submit`` or ``spark-defaults.conf`` set.
         shuffle_partitions: ``spark.sql.shuffle.partitions``; default: 4 per local core, else Spark's.
         **conf: More Spark settings (dots written as ``__``: ``spark__driver__memory="4g"``).
 
@@ -75,9 +76,11 @@ def session(master: str = "local[2]", *, shuffle_partitions: int | None = None, 
     os.environ["JAVA_HOME"] = str(find_java())
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName("rag-dedup")
+    builder = SparkSession.builder.appName("rag-dedup")
+    if master is not None:
+        builder = builder.master(master)
     builder = builder.config("spark.ui.showConsoleProgress", "false")
-    if shuffle_partitions is None and master.startswith("local[") and master.endswith("]"):
+    if shuffle_partitions is None and master is not None and master.startswith("local[") and master.endswith("]"):
         cores = master[len("local[") : -1].split(",")[0]
         shuffle_partitions = 4 * ((os.cpu_count() or 1) if cores == "*" else int(cores))
     if shuffle_partitions is not None:
