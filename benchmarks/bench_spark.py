@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,14 @@ def _jvm_peak_kb() -> int:
     return peak
 
 
+def _own_peak_mb() -> float:
+    """This process's peak RSS (VmHWM) in MB; unlike ru_maxrss it does not count the parent's pages before exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _shuffled_bytes(spark: object) -> int:
     sc = spark.sparkContext  # type: ignore[attr-defined]
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
@@ -83,7 +90,7 @@ def worker(parquet: str, out: str, master: str) -> dict[str, float]:
         "job_s": t2 - t1,
         "items": manifest["items"],
         "shuffled_bytes": shuffled,
-        "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_rss_mb": _own_peak_mb(),
         "jvm_rss_mb": jvm / 1024,
     }
 
@@ -104,7 +111,7 @@ def baseline(parquet: str, answers: str) -> dict[str, float]:
     with open(answers, "w", encoding="utf-8") as f:
         for m in matches:
             f.write(json.dumps([m.key, m.representative, m.duplicate_of, m.similarity, m.kind]) + "\n")
-    return {"job_s": elapsed, "items": len(items), "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"job_s": elapsed, "items": len(items), "driver_rss_mb": _own_peak_mb()}
 
 
 def _equal(result: Path, answers: Path) -> tuple[bool, int]:

@@ -284,3 +284,15 @@ def test_no_pyspark_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyspark", None)
     with pytest.raises(ImportError, match=r'pip install "rag-dedup\[spark\]"'):
         import rag_dedup.spark  # noqa: F401
+
+
+def test_scan_engine_spark_prints_the_same_report(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rag-dedup scan DIR --engine spark --json` prints the in-process scan's report, numbers and clusters."""
+    from rag_dedup.app.cli import main as cli_main
+
+    examples = REPO / "examples" / "data" / "licenses"
+    assert cli_main(["scan", str(examples), "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)
+    assert cli_main(["scan", str(examples), "--json", "--engine", "spark", "--master", "local[2]"]) == 0
+    assert json.loads(capsys.readouterr().out) == memory
+    assert memory["near_duplicates"] > 0 and memory["clusters"]
