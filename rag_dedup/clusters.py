@@ -52,7 +52,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from rag_dedup.policy import Member, Policy, choose
+from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.shingles import jaccard_many
 
 __all__ = ["UnionFind", "cluster_component", "pooled_jaccard"]
@@ -174,8 +174,11 @@ def cluster_component(
         inside = [i for i, g in enumerate(remaining) if g == center or to_center[i] >= floor]
         cluster = [remaining[i] for i in inside]
         cluster_sets = [sets[i] for i in inside]
-        eligible = _eligible(cluster, cluster_sets, to_center[inside], center, floor)
-        rep = choose(policy, [m for g in eligible for m in items[g]])
+        if policy is longest_then_authority:
+            rep = _first_eligible(cluster, cluster_sets, to_center[inside], center, floor, items)
+        else:
+            eligible = _eligible(cluster, cluster_sets, to_center[inside], center, floor)
+            rep = choose(policy, [m for g in eligible for m in items[g]])
         rep_group = group_of[rep.key]
         to_rep = to_center[inside] if rep_group == center else jaccard_many(shingles[rep_group], cluster_sets)
         placed = [(rep.key, 1.0)]
@@ -193,17 +196,51 @@ def cluster_component(
 def _eligible(
     cluster: Sequence[int], sets: Sequence[np.ndarray], to_center: np.ndarray, center: int, floor: float
 ) -> list[int]:
-    """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is).
+    """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is)."""
+    reach = _reach(to_center, floor)
+    return [g for i, g in enumerate(cluster) if _is_eligible(i, g, sets, to_center, center, floor, reach)]
 
-    A group x with ``d(center, x) + max_y d(center, y) <= 1 - floor`` (d = 1 - J, a metric) is
-    eligible by the triangle inequality; only the others are compared with the whole cluster.
+
+def _first_eligible(
+    cluster: Sequence[int],
+    sets: Sequence[np.ndarray],
+    to_center: np.ndarray,
+    center: int,
+    floor: float,
+    items: Mapping[int, Sequence[Member]],
+) -> Member:
+    """The default policy's choice among the eligible members, without finding all of them.
+
+    :func:`~rag_dedup.policy.longest_then_authority` is the minimum of a total order
+    (:func:`~rag_dedup.policy.default_rank`), so its choice among the eligible members is the first
+    eligible member in that order: the same answer as ``choose(policy, eligible)``, after checking
+    as few members as the order needs (in a family of near-identical texts, one) instead of all.
     """
-    dist = 1.0 - to_center
-    reach = 1.0 - floor - _SLACK - float(dist.max())
-    out = []
-    for i, g in enumerate(cluster):
-        if g == center or dist[i] <= reach:
-            out.append(g)
-        elif float(jaccard_many(sets[i], sets).min()) >= floor:
-            out.append(g)
-    return out
+    reach = _reach(to_center, floor)
+    position = {g: i for i, g in enumerate(cluster)}
+    checked: dict[int, bool] = {}
+    for _, g, m in sorted((default_rank(m), g, m) for g in cluster for m in items[g]):
+        if g not in checked:
+            checked[g] = _is_eligible(position[g], g, sets, to_center, center, floor, reach)
+        if checked[g]:
+            return m
+    raise AssertionError("unreachable: the center is eligible")  # pragma: no cover
+
+
+def _reach(to_center: np.ndarray, floor: float) -> float:
+    """``1 - floor - max_y d(center, y)``: a member this close to the center is eligible (see below)."""
+    return 1.0 - floor - _SLACK - float((1.0 - to_center).max())
+
+
+def _is_eligible(
+    i: int, g: int, sets: Sequence[np.ndarray], to_center: np.ndarray, center: int, floor: float, reach: float
+) -> bool:
+    """Whether group ``g`` (``sets[i]``) is ``>= floor`` to every group of its cluster.
+
+    By the triangle inequality of d = 1 - J (a metric), ``d(x, y) <= d(x, center) + d(center, y)``,
+    so ``d(center, x) <= reach`` certifies x without a comparison; other groups are compared with
+    the whole cluster.
+    """
+    if g == center or 1.0 - to_center[i] <= reach:
+        return True
+    return bool(float(jaccard_many(sets[i], sets).min()) >= floor)

@@ -29,13 +29,14 @@ Example:
     >>> index.add("mit-1", text).kind
     'unique'
     >>> m = index.add("mit-2", text.upper())
-    >>> m.kind, m.duplicate_of
-    ('exact', 'mit-1')
-    >>> index.add("mit-3", text + ", including without limitation").kind
-    'unique'
-    >>> m = index.match("mit-1")
+    >>> m.kind, m.duplicate_of, m.cluster_size
+    ('exact', 'mit-1', 2)
+    >>> m = index.add("mit-3", text + ", including without limitation")  # the longest text represents
+    >>> m.kind, m.duplicate_of, m.cluster_size
+    ('near', None, 3)
+    >>> m = index.match("mit-1")  # "exact": mit-2 has its canonical text
     >>> m.kind, m.duplicate_of, round(m.similarity, 3)
-    ('near', 'mit-3', 0.815)
+    ('exact', 'mit-3', 0.815)
     >>> index.members("mit-3")
     ['mit-3', 'mit-1', 'mit-2']
 """
@@ -84,6 +85,8 @@ SHINGLING = "words-poly64-fmix64-v1"
 _BATCH = 1024
 _BATCH_SHARE = 16
 _BATCH_MAX = 16384
+# Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
+_VERIFY_BLOCK = 4096
 
 Kind = Literal["unique", "exact", "near"]
 
@@ -106,9 +109,11 @@ class Match(NamedTuple):
         representative: The key of the cluster's representative.
         duplicate_of: The representative, or None when the item is the representative.
         similarity: Exact Jaccard similarity of the item's shingles to the representative's (1.0 for
-            the representative itself and for exact copies).
-        kind: ``"unique"`` for a representative, ``"exact"`` for a copy with the representative's
-            canonical text, ``"near"`` for a near-duplicate.
+            the representative itself and for exact copies of it).
+        kind: The item's place in its cluster: ``"unique"`` for a cluster of one, ``"exact"`` when
+            another member has the same canonical text, ``"near"`` otherwise (a representative too:
+            it stands for near-duplicates).
+        cluster_size: The number of items in the cluster (1 for ``"unique"``).
     """
 
     key: str
@@ -117,6 +122,7 @@ class Match(NamedTuple):
     duplicate_of: str | None
     similarity: float
     kind: Kind
+    cluster_size: int
 
 
 class _Item(NamedTuple):
@@ -463,23 +469,29 @@ class DedupIndex:
         shingles.update(zip(missing, storage.group_shingles(missing)))
         involved = list(dict.fromkeys([*touched, *others]))
         component = dict(zip(involved, storage.component_members(involved)))
-        uf: UnionFind[int] = UnionFind()
-        for g in involved:
-            uf.add(min(component[g]))
-        # Every candidate pair once (two new groups propose each other), verified in one bulk call.
+        root = {g: min(component[g]) for g in involved}  # a stored component, named by its least group
+        uf: UnionFind[int] = UnionFind(root.values())
+        # Every candidate pair once (two new groups propose each other), verified in bulk, a block at a
+        # time: a pair whose two groups are already joined (by a stored component or by a pair verified
+        # before) cannot change the components and is not verified. In a family of n near-identical
+        # texts LSH proposes ~n²/2 pairs; the first block joins most of them, so this verifies ~n.
         pairs = [(g, c) for g in sorted(candidates) for c in sorted(candidates[g]) if g < c or g not in candidates.get(c, ())]
-        if pairs:
-            ids = list(dict.fromkeys(x for pair in pairs for x in pair))
+        find = uf.find
+        for lo in range(0, len(pairs), _VERIFY_BLOCK):
+            block = [(g, c) for g, c in pairs[lo : lo + _VERIFY_BLOCK] if find(root[g]) != find(root[c])]
+            if not block:
+                continue
+            ids = list(dict.fromkeys(x for pair in block for x in pair))
             row = {g: i for i, g in enumerate(ids)}
-            left = np.fromiter((row[g] for g, _ in pairs), dtype=np.int64, count=len(pairs))
-            right = np.fromiter((row[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
+            left = np.fromiter((row[g] for g, _ in block), dtype=np.int64, count=len(block))
+            right = np.fromiter((row[c] for _, c in block), dtype=np.int64, count=len(block))
             sims = jaccard_pairs([shingles[g] for g in ids], left, right).tolist()
-            for (g, c), s in zip(pairs, sims):
-                if s >= self.threshold:
-                    uf.union(min(component[g]), min(component[c]))
+            for (g, c), sim in zip(block, sims):
+                if sim >= self.threshold:
+                    uf.union(root[g], root[c])
         merged: dict[int, set[int]] = {}
-        for g in involved:
-            merged.setdefault(uf.find(min(component[g])), set()).update(component[g])
+        for r, members in {root[g]: component[g] for g in involved}.items():
+            merged.setdefault(find(r), set()).update(members)
         # Components that no union touched: the same groups as before (only exact copies may be new).
         unchanged = {component[g] for g in involved} & {frozenset(m) for m in merged.values()}
         changed = [comp for comp in merged.values() if len(comp) > 1]
@@ -631,16 +643,19 @@ class DedupIndex:
                 raise KeyError(f"{key!r} is not in the index")
         entries = storage.get_clusters(keys)
         reps = sorted({e[0] for e in entries if e is not None})
-        rep_gid = {k: r.gid for k, r in zip(reps, storage.get_items(reps)) if r is not None}
+        size_of = {rep: len(found) for rep, found in zip(reps, storage.cluster_members(reps))}
+        gids = sorted({rec.gid for rec, e in zip(records, entries) if e is not None})  # type: ignore[union-attr]
+        copies_of = {g: len(found) for g, found in zip(gids, storage.group_items(gids))}
         make = tuple.__new__  # Match(...) without the keyword-handling constructor (hot path)
         out = []
         for key, rec, entry in zip(keys, records, entries):
-            if entry is None or entry[0] == key:
-                out.append(make(Match, (key, key, key, None, 1.0, "unique")))
-            else:
-                rep, sim = entry
-                kind = "exact" if rep_gid.get(rep) == rec.gid else "near"  # type: ignore[union-attr]
-                out.append(make(Match, (key, rep, rep, rep, sim, kind)))
+            if entry is None:
+                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1)))
+                continue
+            rep, sim = entry
+            size = size_of[rep]
+            kind = "unique" if size == 1 else "exact" if copies_of[rec.gid] > 1 else "near"  # type: ignore[union-attr]
+            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size)))
         return out
 
     def match(self, key: str) -> Match:
@@ -792,14 +807,17 @@ def _shared_pairs(band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Runs of equal keys: positions i..j with ordered[i] == ... == ordered[j].
     starts = same[np.concatenate(([True], same[1:] != same[:-1] + 1))]
     ends = same[np.concatenate((same[1:] != same[:-1] + 1, [True]))] + 1
-    pairs: set[tuple[int, int]] = set()
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        run = sorted(set(rows[lo : hi + 1].tolist()))
-        pairs.update((x, y) for i, x in enumerate(run) for y in run[i + 1 :])
-    ordered_pairs = sorted(pairs)
-    low = np.fromiter((x for x, _ in ordered_pairs), dtype=np.int64, count=len(ordered_pairs))
-    high = np.fromiter((y for _, y in ordered_pairs), dtype=np.int64, count=len(ordered_pairs))
-    return low, high
+    # A family of near-identical texts shares most of its bands: the same run of rows, once per band.
+    runs = {tuple(sorted(set(rows[lo : hi + 1].tolist()))) for lo, hi in zip(starts.tolist(), ends.tolist())}
+    n = band_keys.shape[0]
+    codes = []
+    for run in runs:
+        members = np.array(run, dtype=np.int64)
+        i, j = np.triu_indices(len(members), k=1)
+        codes.append(members[i] * n + members[j])
+    pair_codes = np.sort(np.concatenate(codes))
+    pair_codes = pair_codes[np.concatenate(([True], pair_codes[1:] != pair_codes[:-1]))]  # each pair once, in order
+    return pair_codes // n, pair_codes % n
 
 
 def _policy_name(policy: Policy) -> str:

@@ -333,7 +333,9 @@ def summarize(
             continue
         c = by_key[key]
         rep = _chunk(by_key, m.representative)
-        kind: Literal["exact", "near"] = "exact" if m.kind == "exact" else "near"
+        # Match.kind "exact" says the chunk has a copy in its cluster; here, whether it is a copy of the one kept.
+        same = m.kind == "exact" and canonical(c.text) == canonical(rep.text)
+        kind: Literal["exact", "near"] = "exact" if same else "near"
         if kind == "exact":
             exact += 1
         else:

@@ -168,7 +168,8 @@ class DedupTransform(TransformComponent):
 
     @property
     def counts(self) -> Counter:
-        """Running counts: ``unique``, ``exact``, ``near`` (nodes stamped so), ``dropped``,
+        """Running counts: ``unique`` (nodes that represent their cluster or are alone), ``exact`` and
+        ``near`` (duplicates, by :attr:`Match.kind <rag_dedup.index.Match.kind>`), ``dropped``,
         ``removed`` (stale keys that left the index), ``promoted`` (dropped nodes passed on later)."""
         return Counter(self._counts)
 
@@ -228,7 +229,7 @@ class DedupTransform(TransformComponent):
                 continue
             match = next_match()
             stamp_node(node, match.cluster_id, match.duplicate_of)
-            counts[match.kind] += 1
+            counts["unique" if match.duplicate_of is None else match.kind] += 1  # kept, or a duplicate's kind
             if drop and match.duplicate_of is not None:
                 dropped[node.node_id] = node
                 counts["dropped"] += 1
