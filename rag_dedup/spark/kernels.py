@@ -12,6 +12,7 @@ Shingle sets travel as ``binary`` columns: the sorted unique uint32 array's litt
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -59,11 +60,15 @@ def group_id(digest: bytes) -> int:
     return int.from_bytes(digest[:8], "little", signed=True)
 
 
-def kind_of(key: str, representative: str, gid: int, representative_gid: int) -> str:
-    """``Match.kind`` as :meth:`DedupIndex.matches` derives it: unique, exact (same group) or near."""
-    if key == representative:
+def kind_of(cluster_size: int, copies: int) -> str:
+    """``Match.kind`` as :meth:`DedupIndex.matches` derives it, representatives included.
+
+    ``unique`` for a cluster of one, ``exact`` when another member has the same canonical text (the
+    item's group holds ``copies`` > 1 items, all of them in its cluster), ``near`` otherwise.
+    """
+    if cluster_size == 1:
         return "unique"
-    return "exact" if gid == representative_gid else "near"
+    return "exact" if copies > 1 else "near"
 
 
 def _sets(column: pa.Array) -> list[np.ndarray]:
@@ -182,6 +187,7 @@ def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) 
             info[key] = (source, gid, length, authority, first_seen)
         else:
             shingles[gid] = np.frombuffer(sh, dtype="<u4").astype(np.uint32)
+    copies = Counter(group_of.values())
     out: dict[str, list] = {name: [] for name in ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind")}
     for rep, cluster in cluster_component(members, shingles, drift_floor=drift_floor, policy=policy):
         for key, sim in cluster:
@@ -190,7 +196,7 @@ def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) 
             out["representative"].append(rep)
             out["duplicate_of"].append(None if key == rep else rep)
             out["similarity"].append(1.0 if key == rep else float(sim))
-            out["kind"].append(kind_of(key, rep, group_of[key], group_of[rep]))
+            out["kind"].append(kind_of(len(cluster), copies[group_of[key]]))
     extra = list(zip(*(info[k] for k in out["key"]))) or [[], [], [], [], []]
     names = ["source", "gid", "length", "authority", "first_seen"]
     types = [pa.string(), pa.int64(), pa.int64(), pa.float64(), pa.float64()]

@@ -24,12 +24,12 @@ import numpy as np
 
 from rag_dedup.index import DedupIndex, IndexMismatchError
 from rag_dedup.policy import Policy
+from rag_dedup.spark.job import RESULT_FORMAT as _FORMAT
+from rag_dedup.spark.job import RESULT_VERSION as _VERSION
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 
 __all__ = ["CorruptResultError", "load_index"]
 
-_FORMAT = "rag-dedup-spark-result"  # job.RESULT_FORMAT (not imported: loading needs no pyspark)
-_VERSION = 1
 _DIGEST_BYTES = 16
 _GROUP_COLUMNS = ("gid", "digest", "shingles", "bands", "component")
 _ITEM_COLUMNS = ("key", "representative", "duplicate_of", "similarity", "source", "gid", "length", "authority", "first_seen")
