@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rag_dedup.errors import (
     CorruptIndexError,
+    CorruptResultError,
     IndexMismatchError,
     InvalidTextError,
     LockLost,
@@ -23,6 +24,7 @@ from rag_dedup.errors import (
     RedisConfigurationError,
     RedisUnavailable,
     SharedIndexRequired,
+    SparkSetupError,
     TransformStateError,
 )
 from rag_dedup.index import DedupIndex, Match
@@ -46,6 +48,7 @@ __all__ = [
     "DEDUP_COLLAPSED",
     "DEDUP_DUPLICATE_OF",
     "CorruptIndexError",
+    "CorruptResultError",
     "DedupIndex",
     "DedupPostprocessor",
     "DedupTransform",
@@ -63,6 +66,7 @@ __all__ = [
     "RedisUnavailable",
     "SentenceChunker",
     "SharedIndexRequired",
+    "SparkSetupError",
     "Storage",
     "TransformStateError",
     "candidate_probability",

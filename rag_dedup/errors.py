@@ -10,8 +10,10 @@ still works where it did::
      ├── CorruptIndexError (ValueError)    a saved file or a stored value is damaged; names the file or key
      │    ├── NamespaceLost                a Redis namespace lost its parameters or counters (eviction,
      │    │                                a restart without persistence, a flush)
-     │    └── TransformStateError          a saved DedupTransform state file is damaged, foreign or newer
+     │    ├── TransformStateError          a saved DedupTransform state file is damaged, foreign or newer
+     │    └── CorruptResultError           a Spark job's result directory is incomplete or damaged
      ├── SharedIndexRequired (RuntimeError)  a process-local index was about to be copied to a worker
+     ├── SparkSetupError (RuntimeError)  Spark cannot start: Java is missing or broken
      ├── RedisConfigurationError           the server may evict keys (maxmemory-policy is not noeviction)
      ├── RedisUnavailable (ConnectionError)  the server cannot be reached, or the connection dropped
      ├── LockTimeout (TimeoutError)        a namespace's write lock could not be taken in time
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptIndexError",
+    "CorruptResultError",
     "IndexMismatchError",
     "InvalidTextError",
     "LockLost",
@@ -35,6 +38,7 @@ __all__ = [
     "RedisConfigurationError",
     "RedisUnavailable",
     "SharedIndexRequired",
+    "SparkSetupError",
     "TransformStateError",
 ]
 
@@ -73,6 +77,14 @@ class NamespaceLost(CorruptIndexError):
 
 class TransformStateError(CorruptIndexError):
     """A saved DedupTransform state file (``dedup_transform.json``) is damaged, foreign or from a newer format."""
+
+
+class CorruptResultError(CorruptIndexError):
+    """A Spark job's result directory is incomplete or holds values the job cannot have written."""
+
+
+class SparkSetupError(RagDedupError, RuntimeError):
+    """Spark cannot start here: Java is missing or broken, or the JVM did not come up."""
 
 
 class SharedIndexRequired(RagDedupError, RuntimeError):

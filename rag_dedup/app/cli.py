@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
     scan.add_argument("--save", metavar="DIR", help="keep the index, chunks and BM25 in DIR for `rag-dedup query`")
     scan.add_argument("--top", type=_positive, default=10, help="rows per table in the summary (default 10)")
+    scan.add_argument("--engine", choices=("memory", "spark"), default="memory",
+                      help="memory: DedupIndex in this process (default); spark: the Spark job, same answer "
+                           '(pip install "rag-dedup[spark]", Java)')
+    scan.add_argument("--master", default="local[2]", help="Spark master for --engine spark (default local[2])")
 
     tune = sub.add_parser("tune", help="read pairs near candidate thresholds to choose one",
                           description="For each candidate threshold, count what it suppresses and show "
@@ -230,6 +234,18 @@ def _width(args: argparse.Namespace) -> int:
 # --- commands ------------------------------------------------------------------------------------------
 
 
+def _spark_index(args: argparse.Namespace, chunks: list[Any]) -> Any:
+    """The index of ``chunks`` as the Spark job computes it (``--engine spark``): the same answer."""
+    try:
+        from rag_dedup.spark.engine import spark_index
+
+        with phase(f"indexing {len(chunks):,} chunks on Spark"):
+            return spark_index(((c.key, c.text, c.source) for c in chunks), master=args.master,
+                               threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
+    except (ImportError, RuntimeError) as e:  # pyspark or Java missing: the message names the fix
+        raise UsageError(str(e)) from e
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     from rag_dedup.app.report import summarize
     from rag_dedup.app.text import format_summary
@@ -240,7 +256,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if args.save:
         check_save_target(Path(args.save))
     corpus, chunks = _corpus_chunks(args, chunker)
-    build_index(chunks, index)
+    if args.engine == "spark":
+        index = _spark_index(args, chunks)
+    else:
+        build_index(chunks, index)
     settings = {"chunk_size": args.chunk_size, "chunk_overlap": args.chunk_overlap}
     with phase("summarizing") as step:
         summary = summarize(index, chunks, documents=len(corpus.documents), skipped=corpus.skipped,

@@ -1,0 +1,94 @@
+"""Starting Spark: pyspark and Java are checked first, and a missing one is named with its fix.
+
+pyspark talks to a JVM; without Java it fails with a gateway error deep inside ``SparkSession``, and
+without pyspark (or the pyarrow and pandas its vectorised UDFs need) with a bare ``ImportError``.
+:func:`require_pyspark` and :func:`find_java` turn both into one clear message that names the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rag_dedup.errors import SparkSetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["JAVA_FIX", "PYSPARK_FIX", "SparkSetupError", "find_java", "require_pyspark", "session"]
+
+#: How to install what the Spark engine needs, quoted in every error about it.
+PYSPARK_FIX = 'pip install "rag-dedup[spark]"'
+JAVA_FIX = "apt-get install openjdk-17-jre-headless"
+
+
+def require_pyspark() -> None:
+    """Import pyspark and the Arrow/pandas modules its vectorised stages use.
+
+    Raises:
+        ImportError: One of them is missing; the message names it and ``pip install "rag-dedup[spark]"``.
+    """
+    for module in ("pyspark", "pyarrow", "pandas"):
+        try:
+            __import__(module)
+        except ImportError as e:
+            raise ImportError(f"the Spark engine needs {module}, which is not installed; {PYSPARK_FIX}") from e
+
+
+def find_java() -> Path:
+    """The Java home pyspark will use: ``$JAVA_HOME``, else the one of ``java`` on PATH.
+
+    Raises:
+        SparkSetupError: ``JAVA_HOME`` has no ``bin/java``, or there is no ``java`` at all.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not (Path(home) / "bin" / "java").is_file():
+            raise SparkSetupError(
+                f"JAVA_HOME={home!r} has no bin/java; point JAVA_HOME at a Java 17 installation, unset it, "
+                f"or install one with: {JAVA_FIX}"
+            )
+        return Path(home)
+    java = shutil.which("java")
+    if java is None:
+        raise SparkSetupError(f"Spark needs Java and no java is on PATH (JAVA_HOME is unset); install it with: {JAVA_FIX}")
+    return Path(java).resolve().parent.parent
+
+
+def session(master: str | None = "local[2]", *, shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
+    """Get or start a SparkSession at ``master``, with Java and pyspark checked first.
+
+    Args:
+        master: The Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``, ...); None: the
+            one ``spark-submit`` or ``spark-defaults.conf`` set.
+        shuffle_partitions: ``spark.sql.shuffle.partitions``; default: 4 per local core, else Spark's.
+        **conf: More Spark settings (dots written as ``__``: ``spark__driver__memory="4g"``).
+
+    Raises:
+        ImportError: pyspark is not installed.
+        SparkSetupError: No Java, or the JVM did not start.
+    """
+    require_pyspark()
+    os.environ["JAVA_HOME"] = str(find_java())
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("rag-dedup")
+    if master is not None:
+        builder = builder.master(master)
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if shuffle_partitions is None and master is not None and master.startswith("local[") and master.endswith("]"):
+        cores = master[len("local[") : -1].split(",")[0]
+        shuffle_partitions = 4 * ((os.cpu_count() or 1) if cores == "*" else int(cores))
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for name, value in conf.items():
+        builder = builder.config(name.replace("__", "."), str(value))
+    try:
+        return builder.getOrCreate()
+    except Exception as e:  # pyspark raises its own runtime errors when the JVM gateway does not come up
+        raise SparkSetupError(
+            f"Spark did not start at master {master!r} ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]}); "
+            f"check that Java 17 works (java -version), or install it with: {JAVA_FIX}"
+        ) from e

@@ -1,0 +1,298 @@
+"""The Spark engine against DedupIndex, in local mode on a real JVM (pyspark's ``local[2]``).
+
+One SparkSession for the module; the job runs once on the shipped corpus (chunked, with planted
+near-duplicates, exact copies, empty texts, sources, authorities and first_seen values), and its
+result is checked against ``DedupIndex().add_many`` on the same items, loaded into an index (memory,
+directory and Redis), and continued incrementally. Without Java the module is skipped with the
+command that installs it, except under CI (``CI`` set), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from corpus import chunks, edited
+from rag_dedup import DedupIndex
+from rag_dedup.policy import Member, longest_then_authority
+
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    if os.environ.get("CI"):
+        pytest.fail("Java is not installed (CI is set, so the Spark tests may not be skipped)", pytrace=False)
+    pytest.skip("Java is not installed; install it with: apt-get install openjdk-17-jre-headless", allow_module_level=True)
+
+pa = pytest.importorskip("pyarrow", reason='pyarrow is not installed: pip install -e ".[test]"')
+
+from rag_dedup.spark import CorruptResultError, dedup_dataframe, dedup_job, load_index, session, write_result  # noqa: E402
+from rag_dedup.spark.__main__ import main as spark_main  # noqa: E402
+from rag_dedup.spark.graph import connected_components  # noqa: E402
+from rag_dedup.spark.kernels import cluster_batches, cluster_component  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = "key string, text string, source string, authority double, first_seen double"
+
+
+def _item(key: str, text: str, i: int) -> dict[str, Any]:
+    return {
+        "key": key,
+        "text": text,
+        "source": key.split("#")[0],
+        "authority": 1.0 if i % 4 == 0 else 0.0,
+        "first_seen": float(i) if i % 3 else None,
+    }
+
+
+def _items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(first part, rest): the corpus with planted families, and new chunks plus more variants of old ones."""
+    base = list(chunks())
+    first = [(k, t) for k, t in base]
+    first += [(f"{k}~e{i}", edited(t, 0.04, i)) for i, (k, t) in enumerate(base[::5])]
+    first += [(f"{k}~ee{i}", edited(edited(t, 0.04, i), 0.04, i + 1000)) for i, (k, t) in enumerate(base[::10])]
+    first += [(f"{k}~x", t.upper()) for k, t in base[::11]]
+    first += [("empty#1", ""), ("empty#2", "  \n ")]
+    rest = [(f"{k}~n{i}", edited(t, 0.03, i + 5000)) for i, (k, t) in enumerate(base[1::7])]
+    rest += [(f"{k}~y", t.lower()) for k, t in base[2::13]]
+    rest += [(f"new:{k}", t) for k, t in chunks(90, 500)]
+    rest += [(f"{k}~z", t) for k, t in first[-40:-2]]  # copies of planted variants
+    return [_item(k, t, i) for i, (k, t) in enumerate(first)], [_item(k, t, i + 10_000) for i, (k, t) in enumerate(rest)]
+
+
+FIRST, REST = _items()
+
+
+def _index_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in item.items() if v is not None} for item in items]
+
+
+def _answer(matches: Any) -> dict[str, tuple[str, str | None, float, str]]:
+    return {m.key: (m.representative, m.duplicate_of, m.similarity, m.kind) for m in matches}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    s = session("local[2]", shuffle_partitions=4, spark__ui__enabled="false")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def result_dir(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job's result on FIRST, written once for the module."""
+    out = tmp_path_factory.mktemp("spark") / "result"
+    df = spark.createDataFrame(FIRST, SCHEMA)
+    write_result(dedup_job(df, source="source", authority="authority", first_seen="first_seen"), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference() -> DedupIndex:
+    index = DedupIndex()
+    index.add_many(_index_items(FIRST))
+    return index
+
+
+def _job_answer(spark: Any, result_dir: Path) -> dict[str, tuple[str, str | None, float, str]]:
+    rows = spark.read.parquet(str(result_dir / "items")).collect()
+    return {r.key: (r.representative, r.duplicate_of, r.similarity, r.kind) for r in rows}
+
+
+def test_job_equals_index_add_many(spark: Any, result_dir: Path, reference: DedupIndex) -> None:
+    """Partition, representatives, kind and similarities of the job equal DedupIndex.add_many's, item for item."""
+    want = _answer(reference.matches([item["key"] for item in FIRST]))
+    got = _job_answer(spark, result_dir)
+    assert got == want
+    kinds = [v[3] for v in got.values()]
+    # The corpus exercises every path: near-duplicate families, exact copies, and multi-group clusters.
+    assert kinds.count("near") >= 50 and kinds.count("exact") >= 40
+    manifest = json.loads((result_dir / "manifest.json").read_text())
+    assert manifest["items"] == len(FIRST)
+    assert manifest["clusters"] == sum(1 for _, ms in reference.clusters(include_singletons=False))
+
+
+def test_dedup_dataframe_columns_and_sources(spark: Any, reference: DedupIndex) -> None:
+    """dedup_dataframe returns the documented columns, one row per input row, sources carried through."""
+    part = FIRST[:120]
+    df = spark.createDataFrame(part, SCHEMA)
+    out = dedup_dataframe(df, source="source", authority="authority", first_seen="first_seen")
+    assert out.columns == ["key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "source"]
+    rows = out.collect()
+    assert sorted((r.key, r.source) for r in rows) == sorted((i["key"], i["source"]) for i in part)
+    small = DedupIndex()
+    small.add_many(_index_items(part))
+    assert {r.key: (r.representative, r.duplicate_of, r.similarity, r.kind) for r in rows} == _answer(
+        small.matches([i["key"] for i in part])
+    )
+    assert all(r.cluster_id == r.representative for r in rows)
+
+
+def test_loaded_index_answers_as_the_reference(result_dir: Path, reference: DedupIndex, tmp_path: Path) -> None:
+    """The job's result loaded into an index (and saved, and loaded again) answers as add_many's index."""
+    keys = [item["key"] for item in FIRST]
+    loaded = load_index(result_dir)
+    assert _answer(loaded.matches(keys)) == _answer(reference.matches(keys))
+    assert sorted(loaded.clusters()) == sorted(reference.clusters())
+    loaded.save(tmp_path / "index")
+    again = DedupIndex.load(tmp_path / "index")
+    assert _answer(again.matches(keys)) == _answer(reference.matches(keys))
+    probe = FIRST[7]["text"]
+    assert again.query(probe) == reference.query(probe)
+
+
+def test_batch_then_incremental_equals_one_index(result_dir: Path) -> None:
+    """A corpus deduplicated in batch, then continued one add_many at a time, ends where one index of all ends."""
+    loaded = load_index(result_dir)
+    loaded.add_many(_index_items(REST[: len(REST) // 2]))
+    for item in _index_items(REST[len(REST) // 2 :]):
+        loaded.add(**item)
+    whole = DedupIndex()
+    whole.add_many(_index_items(FIRST + REST))
+    keys = [item["key"] for item in FIRST + REST]
+    assert _answer(loaded.matches(keys)) == _answer(whole.matches(keys))
+    # The new items really joined old clusters (near and exact), so the test can tell.
+    rest_kinds = [m.kind for m in loaded.matches([item["key"] for item in REST])]
+    assert rest_kinds.count("near") >= 10 and rest_kinds.count("exact") >= 10
+
+
+def test_load_into_redis(result_dir: Path, reference: DedupIndex, redis_url: str) -> None:
+    """The result loads into a Redis index that answers as the in-memory reference; a second load is refused."""
+    loaded = load_index(result_dir, redis_url, namespace="spark-test")
+    keys = [item["key"] for item in FIRST]
+    assert _answer(loaded.matches(keys)) == _answer(reference.matches(keys))
+    with pytest.raises(ValueError, match="already holds"):
+        load_index(result_dir, redis_url, namespace="spark-test")
+
+
+def test_damaged_result_is_named(result_dir: Path, tmp_path: Path) -> None:
+    """A result without its groups, or with a foreign manifest, fails with the file named."""
+    copy = tmp_path / "copy"
+    shutil.copytree(result_dir, copy)
+    shutil.rmtree(copy / "groups")
+    with pytest.raises(CorruptResultError, match="groups is missing"):
+        load_index(copy)
+    (copy / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(CorruptResultError, match="not a rag-dedup Spark result"):
+        load_index(copy)
+
+
+@pytest.mark.parametrize(
+    ("rows", "kwargs", "error", "message"),
+    [
+        pytest.param([("a", "x")], {"text": "body"}, ValueError, r"column 'body' \(text=\) is not in the DataFrame", id="missing-column"),
+        pytest.param([("a", "x"), ("b", None)], {}, ValueError, r"null for key\(s\) \['b'\]", id="null-text"),
+        pytest.param([("a", "x"), ("a", "y")], {}, ValueError, r"duplicate keys: 'a' \(2 rows\)", id="duplicate-keys"),
+        pytest.param([(None, "x")], {}, ValueError, "null or empty key", id="null-key"),
+    ],
+)
+def test_bad_input_is_named(spark: Any, rows: list[tuple[Any, Any]], kwargs: dict[str, str], error: type, message: str) -> None:
+    df = spark.createDataFrame(rows, "key string, text string")
+    with pytest.raises(error, match=message):
+        dedup_dataframe(df, **kwargs)
+
+
+def test_non_string_text_is_named(spark: Any) -> None:
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "key string, text long")
+    with pytest.raises(TypeError, match=r"column 'text' \(text=\) has type bigint, must be string"):
+        dedup_dataframe(df)
+
+
+def test_connected_components_match_union_find(spark: Any) -> None:
+    """Large-star/small-star labels every node with its component's minimum (chains, stars, cycles, repeats)."""
+    rng = np.random.default_rng(7)
+    edges = [(i, i + 1) for i in range(100, 140)]  # a long chain: many rounds of min-label propagation
+    edges += [(500, j) for j in range(501, 520)] + [(j, 500) for j in range(505, 510)]  # a star, both ways
+    edges += [(900, 901), (901, 902), (902, 900), (950, 950)]  # a cycle; a self-loop is no component
+    edges += [tuple(int(x) for x in rng.integers(1000, 1200, size=2)) for _ in range(150)]  # random
+    got = {r.gid: r.comp for r in connected_components(spark.createDataFrame(edges, "a long, b long")).collect()}
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        if a != b:
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    want = {x: find(x) for x in parent}
+    assert got == want
+
+
+def test_components_straddling_batches_are_clustered_whole() -> None:
+    """A component whose rows arrive in two Arrow batches is clustered once, as one component."""
+    sets = {1: np.arange(0, 100, dtype=np.uint32), 2: np.arange(3, 103, dtype=np.uint32), 3: np.arange(500, 600, dtype=np.uint32)}
+    members = [(Member("a", 30, None, 0.0, None), 1), (Member("b", 20, None, 0.0, None), 2), (Member("c", 10, None, 0.0, None), 2)]
+    rows = [(1, g, m.key, m.length, None, 0.0, None, None) for m, g in members]
+    rows += [(1, 1, None, None, None, None, None, sets[1].tobytes()), (1, 2, None, None, None, None, None, sets[2].tobytes())]
+    rows += [(3, 3, "d", 5, None, 0.0, None, None), (3, 3, "e", 5, None, 0.0, None, None), (3, 3, None, None, None, None, None, sets[3].tobytes())]
+    names = ["comp", "gid", "key", "length", "source", "authority", "first_seen", "shingles"]
+    types = [pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.float64(), pa.float64(), pa.binary()]
+
+    def batch(part: list[tuple[Any, ...]]) -> Any:
+        return pa.RecordBatch.from_arrays([pa.array(list(col), t) for col, t in zip(zip(*part), types)], names=names)
+
+    out = list(cluster_batches(iter([batch(rows[:2]), batch(rows[2:6]), batch(rows[6:])]), drift_floor=0.7, policy=longest_then_authority))
+    got = {k: (r, s, kind) for b in out for k, r, s, kind in zip(*(b.column(c).to_pylist() for c in ("key", "representative", "similarity", "kind")))}
+    want = cluster_component(members, {1: sets[1], 2: sets[2]}, drift_floor=0.7, policy=longest_then_authority)
+    assert len(out) == 2
+    assert {k: (rep, s) for rep, ms in want for k, s in ms} == {k: (r, s) for k, (r, s, _) in got.items() if k in "abc"}
+    # Kinds as DedupIndex.matches: near for a's own text, exact for b and c (one canonical text), d and e too.
+    assert [got[k][2] for k in "abcde"] == ["near", "exact", "exact", "exact", "exact"]
+
+
+def test_command_reads_jsonl_writes_parquet_and_an_index(spark: Any, tmp_path: Path) -> None:
+    """python -m rag_dedup.spark IN OUT --index DIR: the saved index answers as add_many's."""
+    part = _index_items(FIRST[:80] + FIRST[-60:])
+    src = tmp_path / "chunks.jsonl"
+    src.write_text("".join(json.dumps({"key": i["key"], "text": i["text"], "source": i["source"]}) + "\n" for i in part))
+    code = spark_main([str(src), str(tmp_path / "out"), "--source", "source", "--index", str(tmp_path / "index")])
+    assert code == 0
+    want = DedupIndex()
+    want.add_many([{"key": i["key"], "text": i["text"], "source": i["source"]} for i in part])
+    keys = [i["key"] for i in part]
+    assert _answer(DedupIndex.load(tmp_path / "index").matches(keys)) == _answer(want.matches(keys))
+    assert code == 0 and spark_main([str(src), str(tmp_path / "out")]) == 2  # OUT exists: refused, not overwritten
+
+
+def test_no_java_names_the_fix(tmp_path: Path) -> None:
+    """With JAVA_HOME pointing nowhere, the command fails with the apt-get line, not a JVM trace."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"key": "a", "text": "x"}\n')
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rag_dedup.spark", str(src), str(tmp_path / "out")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert "apt-get install openjdk-17-jre-headless" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_no_pyspark_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pyspark, importing the engine says `pip install "rag-dedup[spark]"`."""
+    for name in [m for m in sys.modules if m == "rag_dedup.spark" or m.startswith("rag_dedup.spark.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    with pytest.raises(ImportError, match=r'pip install "rag-dedup\[spark\]"'):
+        import rag_dedup.spark  # noqa: F401
+
+
+def test_scan_engine_spark_prints_the_same_report(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rag-dedup scan DIR --engine spark --json` prints the in-process scan's report, numbers and clusters."""
+    from rag_dedup.app.cli import main as cli_main
+
+    examples = REPO / "examples" / "data" / "licenses"
+    assert cli_main(["scan", str(examples), "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)
+    assert cli_main(["scan", str(examples), "--json", "--engine", "spark", "--master", "local[2]"]) == 0
+    assert json.loads(capsys.readouterr().out) == memory
+    assert memory["near_duplicates"] > 0 and memory["clusters"]
