@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# Haystack reports telemetry over the network unless told not to; tests send nothing off this machine.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
 _START_TIMEOUT = 10.0
 
 
