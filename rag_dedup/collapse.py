@@ -52,6 +52,7 @@ import numpy as np
 from rag_dedup.index import DedupIndex
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
+from rag_dedup.surrogates import check_unicode
 
 __all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank"]
 
@@ -231,6 +232,9 @@ class Collapser:
         Args:
             passages: The retrieved passages, best first.
             top_n: Keep the first ``top_n`` passages that carry evidence (``None``: all).
+
+        Raises:
+            InvalidTextError: A passage's text holds a lone surrogate (:mod:`rag_dedup.surrogates`).
         """
         if top_n is not None:
             if isinstance(top_n, bool) or not isinstance(top_n, int):
@@ -241,6 +245,8 @@ class Collapser:
             return []
         texts = [t if t and not t.isspace() else None for t in [p.text for p in passages]]  # is_blank, inlined
         text_pos = [i for i, t in enumerate(texts) if t is not None]
+        for i in text_pos:
+            check_unicode(texts[i], "the text of passage %r", passages[i].key)  # type: ignore[arg-type]
         if len(text_pos) == len(passages):
             clusters = self.clusters(passages)
         else:

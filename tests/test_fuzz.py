@@ -3,8 +3,8 @@
 Every call gives a result or a documented exception, never another one: a key, source or text with
 a lone surrogate (what ``bytes.decode(errors="surrogateescape")`` makes of bytes that are not UTF-8)
 raises :class:`~rag_dedup.InvalidTextError` naming it, before anything is added; everything else is
-indexed, found by its own text, and saved and loaded exactly. (The chunker, transform and
-postprocessor can join this file.)
+indexed, found by its own text, and saved and loaded exactly; the chunker cuts it into exact spans,
+the transform stamps it, the postprocessor keeps its input order (NaN and infinite scores included).
 """
 
 from __future__ import annotations
@@ -98,3 +98,53 @@ def test_a_mapping_with_foreign_fields_names_the_item_and_its_fields(raw: dict) 
     """Guards issue 17 item 12: add_many([{1: "a", "text": t}]) failed with "'<' not supported between instances"."""
     with pytest.raises(ValueError, match=r"^items\[1\]: a mapping needs 'key' and 'text' .*; got fields "):
         DedupIndex().add_many([("ok", "fine text"), raw])
+
+
+# --- the LlamaIndex door: chunker, transform, postprocessor ----------------------------------------
+from llama_index.core import Document  # noqa: E402
+from llama_index.core.schema import NodeWithScore, TextNode  # noqa: E402
+
+from rag_dedup.llama_index import DedupPostprocessor, DedupTransform, SentenceChunker  # noqa: E402
+
+_CHUNKER = SentenceChunker(chunk_size=64, chunk_overlap=16)
+
+
+@FUZZ
+@given(TEXT)
+def test_the_chunker_cuts_anything_into_exact_spans_or_refuses_a_surrogate(text: str) -> None:
+    """Every node is an exact span of the text; a text with a lone surrogate is refused, naming it."""
+    if has_surrogate(text):
+        with pytest.raises(InvalidTextError, match="doc"):
+            _CHUNKER.get_nodes_from_documents([Document(text=text, id_="doc")])
+        return
+    nodes = _CHUNKER.get_nodes_from_documents([Document(text=text, id_="doc")])
+    for node in nodes:
+        assert text[node.start_char_idx : node.end_char_idx] == node.text
+
+
+@FUZZ
+@given(st.lists(TEXT, min_size=1, max_size=6))
+def test_the_transform_stamps_anything_or_refuses_a_surrogate_and_changes_nothing(texts: list[str]) -> None:
+    dedup = DedupTransform()
+    nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(texts)]
+    bad = [t for t in texts if t.strip() and has_surrogate(t)]
+    if bad:
+        with pytest.raises(InvalidTextError):
+            dedup(nodes)
+        assert len(dedup.index) == 0
+        return
+    out = dedup(nodes)
+    assert {n.node_id for n in out} == {n.node_id for n in nodes}
+
+
+@FUZZ
+@given(st.lists(st.tuples(TEXT, st.floats(allow_nan=True, allow_infinity=True)), max_size=8))
+def test_the_postprocessor_keeps_input_order_for_anything_or_refuses_a_surrogate(rows: list[tuple[str, float]]) -> None:
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=s) for i, (t, s) in enumerate(rows)]
+    if any(has_surrogate(t) and t.strip() for t, _ in rows):
+        with pytest.raises(InvalidTextError):
+            DedupPostprocessor().postprocess_nodes(nodes)
+        return
+    out = DedupPostprocessor().postprocess_nodes(nodes)
+    positions = [int(n.node.node_id[1:]) for n in out]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)

@@ -30,6 +30,7 @@ from rag_dedup.chunking.memo import BoundedMemo
 from rag_dedup.chunking.sentences import Punkt, punkt_params, sentences
 from rag_dedup.chunking.tokens import TokenCounts, Tokenizer
 from rag_dedup.chunking.units import Units, build_units
+from rag_dedup.surrogates import check_unicode
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "MIN_CHUNK_SIZE", "Chunk", "Chunker", "check_text", "default_chunk_target"]
 
@@ -229,6 +230,9 @@ def default_chunk_target(chunk_size: int) -> int:
 
 
 def check_text(text: Any, what: str) -> None:
-    """Raise ``TypeError`` naming ``what`` unless ``text`` is a ``str``."""
+    """Raise ``TypeError`` naming ``what`` unless ``text`` is a ``str``, and
+    :class:`~rag_dedup.errors.InvalidTextError` if it holds a lone surrogate (the one rule of
+    :mod:`rag_dedup.surrogates`: such text cannot be hashed, stored or embedded)."""
     if not isinstance(text, str):
         raise TypeError(f"{what} must be str, got {type(text).__name__}; give the document a text")
+    check_unicode(text, what)
