@@ -9,9 +9,9 @@ shingles, MinHash, LSH, :class:`DedupIndex`) needs no LlamaIndex; the LlamaIndex
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from rag_dedup._extras import lazy_exports
 from rag_dedup.errors import (
     CorruptIndexError,
     CorruptResultError,
@@ -33,12 +33,12 @@ from rag_dedup.normalize import canonical, exact_key
 from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
 from rag_dedup.storage import MemoryStorage, Storage
 from rag_dedup.surrogates import escape_surrogates
 
 if TYPE_CHECKING:
     from rag_dedup.llama_index.chunking import SentenceChunker
-    from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF
     from rag_dedup.llama_index.postprocessor import DedupPostprocessor
     from rag_dedup.llama_index.retriever import DistinctRetriever
     from rag_dedup.llama_index.transform import DedupTransform
@@ -83,23 +83,9 @@ __version__ = "0.1.0"
 
 # The LlamaIndex components, by the module that defines each.
 _LAZY = {
-    "DEDUP_CLUSTER": "rag_dedup.llama_index.metadata",
-    "DEDUP_COLLAPSED": "rag_dedup.llama_index.metadata",
-    "DEDUP_DUPLICATE_OF": "rag_dedup.llama_index.metadata",
     "SentenceChunker": "rag_dedup.llama_index.chunking",
     "DedupTransform": "rag_dedup.llama_index.transform",
     "DedupPostprocessor": "rag_dedup.llama_index.postprocessor",
     "DistinctRetriever": "rag_dedup.llama_index.retriever",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rag_dedup' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, __all__)

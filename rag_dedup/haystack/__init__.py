@@ -16,10 +16,9 @@ that says so.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rag_dedup._extras import require
+from rag_dedup._extras import lazy_exports, require
 
 require("haystack", "haystack", "rag_dedup.haystack")
 
@@ -27,15 +26,4 @@ if TYPE_CHECKING:
     from rag_dedup.haystack.components import DocumentDeduplicator, DuplicateCollapser, SentenceChunker
 
 __all__ = ["DocumentDeduplicator", "DuplicateCollapser", "SentenceChunker"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        value = getattr(import_module("rag_dedup.haystack.components"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rag_dedup.haystack' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), dict.fromkeys(__all__, "rag_dedup.haystack.components"), __all__)

@@ -15,10 +15,9 @@ ImportError that says so. The names are imported on first use.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rag_dedup._extras import require
+from rag_dedup._extras import lazy_exports, require
 
 require("langchain_core", "langchain", "rag_dedup.langchain")
 
@@ -36,15 +35,4 @@ _LAZY = {
     "DistinctRetriever": "rag_dedup.langchain.retriever",
     "SentenceChunker": "rag_dedup.langchain.splitter",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rag_dedup.langchain' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, __all__)
