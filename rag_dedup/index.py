@@ -54,7 +54,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from rag_dedup import lsh
+from rag_dedup import lsh, settings
 from rag_dedup.clusters import UnionFind, cluster_component
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
@@ -69,7 +69,7 @@ from rag_dedup.surrogates import check_unicode
 __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 
 #: Version of the index's stored layout (directory and Redis).
-FORMAT_VERSION = 1
+FORMAT_VERSION = settings.INDEX_FORMAT_VERSION
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
 SHINGLING = "tokens-poly64-fmix64-v2"
 # add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
@@ -171,27 +171,18 @@ class DedupIndex:
         ignore_decoration: bool = True,
         short_tokens: int = SHORT_TOKENS,
     ) -> None:
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold ({threshold}) must be in (0, 1]; 0.8 is a common start, tune per corpus")
-        if isinstance(ngram, bool) or not isinstance(ngram, int):
-            raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
-        if not 1 <= ngram <= 64:
-            raise ValueError(f"ngram ({ngram}) must be between 1 and 64; 5-word shingles are the usual choice")
-        if drift_floor is None:
-            drift_floor = max(0.0, float(threshold) - 0.1)
-        if isinstance(drift_floor, bool) or not isinstance(drift_floor, (int, float)):
-            raise TypeError(f"drift_floor must be a number, got {type(drift_floor).__name__}")
-        if not 0.0 <= drift_floor <= threshold:
-            raise ValueError(f"drift_floor ({drift_floor}) must be in [0, threshold ({threshold})]")
+        threshold = settings.check_threshold(threshold)
+        num_perm = settings.check_num_perm(num_perm)  # before MinHasher allocates num_perm permutations
+        ngram = settings.check_ngram(ngram)
+        seed = settings.check_seed(seed)
+        drift_floor = settings.check_drift_floor(drift_floor, threshold)
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable, got {type(policy).__name__}")
         check_rules(ignore_decoration, short_tokens)
         self.ignore_decoration = ignore_decoration
         self.short_tokens = short_tokens
-        self.threshold = float(threshold)
-        self.drift_floor = float(drift_floor)
+        self.threshold = threshold
+        self.drift_floor = drift_floor
         self.ngram = ngram
         self.policy: Policy = policy or longest_then_authority
         self._hasher = MinHasher(num_perm=num_perm, seed=seed)
@@ -222,7 +213,7 @@ class DedupIndex:
     def _meta(self) -> dict[str, Any]:
         b, r = self.bands
         return {
-            "format": "rag-dedup-index",
+            "format": settings.INDEX_FORMAT,
             "format_version": FORMAT_VERSION,
             "threshold": self.threshold,
             "drift_floor": self.drift_floor,
@@ -241,7 +232,7 @@ class DedupIndex:
 
     def _check_meta(self, stored: Mapping[str, Any], where: str) -> None:
         version = stored.get("format_version")
-        if stored.get("format") != "rag-dedup-index" or not isinstance(version, int):
+        if stored.get("format") != settings.INDEX_FORMAT or not isinstance(version, int):
             raise IndexMismatchError(f"{where} does not hold a rag-dedup index (no format/format_version)")
         if version > FORMAT_VERSION:
             raise IndexMismatchError(
@@ -698,7 +689,21 @@ class DedupIndex:
         return self.storage.item_count()
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.storage.get_items([key])[0] is not None
+        return self.contains_many([key])[0]  # type: ignore[list-item]
+
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key is in the index, in the order given, in one storage call (one Redis round trip).
+
+        A key that is not a ``str`` is not in the index (as for ``key in index``).
+        """
+        keys = list(keys)
+        found = [False] * len(keys)
+        asked = [i for i, k in enumerate(keys) if isinstance(k, str)]
+        if asked:
+            records = self.storage.get_items([keys[i] for i in asked])
+            for i, rec in zip(asked, records):
+                found[i] = rec is not None
+        return found
 
     def matches(self, keys: Sequence[str]) -> list[Match]:
         """Where each key stands now (see :class:`Match`).

@@ -137,16 +137,20 @@ class Ingestor(Generic[P]):
 
     def remove(self, keys: Sequence[str]) -> list[Verdict[P]]:
         """Remove ``keys`` from the index (their documents left the store); return the items promoted."""
-        for key in keys:
-            if key in self.index:
+        keys = list(keys)
+        removed: set[str] = set()
+        for key, here in zip(keys, self.index.contains_many(keys)):  # one lookup for every key
+            if here and key not in removed:
                 self.index.remove(key)
+                removed.add(key)
             self._passed.discard(key)
             self._dropped.pop(key, None)
         return self._promote()
 
     def _held(self) -> set[str]:
         """The clusters that hold a passed item now (one bulk lookup)."""
-        passed = [k for k in sorted(self._passed) if k in self.index]
+        candidates = sorted(self._passed)
+        passed = [k for k, here in zip(candidates, self.index.contains_many(candidates)) if here]
         return {m.cluster_id for m in self.index.matches(passed)}
 
     def _promote(self) -> list[Verdict[P]]:

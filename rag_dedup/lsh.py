@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rag_dedup.settings import check_num_perm, check_threshold
 from rag_dedup.shingles import fmix64
 
 __all__ = ["DEFAULT_RECALL", "band_keys", "candidate_probability", "choose_bands", "knee"]
@@ -61,14 +62,13 @@ def choose_bands(threshold: float, num_perm: int, recall: float = DEFAULT_RECALL
         (b, r) with ``b = num_perm // r``.
 
     Raises:
-        ValueError: A parameter is out of range, or no (b, r) reaches the recall (too few permutations).
+        TypeError: ``threshold`` is not a number or ``num_perm`` not an int.
+        ValueError: A parameter is out of range (:mod:`rag_dedup.settings`), or no (b, r) reaches the recall (too few permutations).
     """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold ({threshold}) must be in (0, 1]")
+    check_threshold(threshold)
+    check_num_perm(num_perm)
     if not 0.0 < recall < 1.0:
         raise ValueError(f"recall ({recall}) must be in (0, 1)")
-    if num_perm < 2:
-        raise ValueError(f"num_perm ({num_perm}) must be at least 2")
     for r in range(num_perm, 0, -1):
         b = num_perm // r
         if candidate_probability(threshold, b, r) >= recall:

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rag_dedup.settings import check_num_perm, check_seed
+
 __all__ = ["EMPTY_VALUE", "SCHEME", "MinHasher", "estimate_jaccard", "reference_signature"]
 
 #: The datasketch permutation scheme these signatures follow (stored with every saved index).
@@ -54,16 +56,13 @@ class MinHasher:
         seed: The permutation seed; signatures with different seeds are not comparable.
 
     Raises:
-        ValueError: ``num_perm`` < 2.
+        TypeError: ``num_perm`` or ``seed`` is not an int.
+        ValueError: ``num_perm`` outside [2, 8192] (:func:`rag_dedup.settings.check_num_perm`).
     """
 
     def __init__(self, num_perm: int = 128, seed: int = 1) -> None:
-        if isinstance(num_perm, bool) or not isinstance(num_perm, int):
-            raise TypeError(f"num_perm must be int, got {type(num_perm).__name__}")
-        if num_perm < 2:
-            raise ValueError(f"num_perm ({num_perm}) must be at least 2; 128 is the usual choice")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be int, got {type(seed).__name__}")
+        check_num_perm(num_perm)
+        check_seed(seed)
         from datasketch import MinHash
 
         a, b = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations

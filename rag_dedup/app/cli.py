@@ -23,7 +23,7 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -347,19 +347,19 @@ def _questions(args: argparse.Namespace) -> list[str]:
     return questions
 
 
-def _row(nws: Any, by_key: dict[str, Any], index: Any, folded: bool) -> dict[str, Any]:
+def _row(nws: Any, by_key: dict[str, Any], clusters: Mapping[str, str], folded: bool) -> dict[str, Any]:
     from rag_dedup.llama_index.metadata import DEDUP_COLLAPSED
 
     key = nws.node.node_id
     c = by_key[key]
     return {"key": key, "source": c.source, "start": c.start, "end": c.end,
-            "score": round(float(nws.score or 0.0), 4), "cluster": index.resolve(key) if key in index else key,
+            "score": round(float(nws.score or 0.0), 4), "cluster": clusters[key],
             "folded": [f["node_id"] for f in (nws.node.metadata.get(DEDUP_COLLAPSED) or [])] if folded else []}
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     from rag_dedup.app.retrieval import bm25_retriever, compare
-    from rag_dedup.app.text import format_queries, format_query
+    from rag_dedup.app.text import cluster_ids, format_queries, format_query
 
     questions = _questions(args)
     try:
@@ -395,11 +395,13 @@ def cmd_query(args: argparse.Namespace) -> int:
         args.written.append(args.html)
     if args.json and args.queries is None:
         q = report.questions[0]
+        clusters = cluster_ids(index, [n.node.node_id for side in ("plain", "postprocessor", "distinct")
+                                       for n in q.nodes[side]])
         _out(sys.stdout, json.dumps({
             "schema": "rag-dedup.query/1", "question": q.question, "k": report.k,
-            "without_dedup": [_row(n, by_key, index, False) for n in q.nodes["plain"]],
-            "with_dedup": [_row(n, by_key, index, True) for n in q.nodes["postprocessor"]],
-            "distinct_retriever": [_row(n, by_key, index, True) for n in q.nodes["distinct"]],
+            "without_dedup": [_row(n, by_key, clusters, False) for n in q.nodes["plain"]],
+            "with_dedup": [_row(n, by_key, clusters, True) for n in q.nodes["postprocessor"]],
+            "distinct_retriever": [_row(n, by_key, clusters, True) for n in q.nodes["distinct"]],
             "evidence": {m: {k: v for k, v in r.to_dict().items() if k != "keys"} for m, r in q.results.items()},
         }, indent=2, ensure_ascii=False))
     elif args.json:

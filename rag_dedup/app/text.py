@@ -14,7 +14,19 @@ from typing import Any
 from rag_dedup.app.report import Chunk, ScanSummary, TuneReport, word_diff
 from rag_dedup.app.retrieval import FETCH_FACTOR, METHODS, QuestionReport, RetrievalReport
 
-__all__ = ["format_queries", "format_query", "format_summary", "format_tune", "side_by_side"]
+__all__ = ["cluster_ids", "format_queries", "format_query", "format_summary", "format_tune", "side_by_side"]
+
+
+def cluster_ids(index: Any, keys: Sequence[str]) -> dict[str, str]:
+    """Each key's cluster id in ``index`` (a ``DedupIndex``), the key itself where it is not indexed.
+
+    Two storage calls for all the keys (``contains_many``, then ``matches``), not two per key.
+    """
+    keys = list(dict.fromkeys(keys))
+    present = [k for k, here in zip(keys, index.contains_many(keys)) if here]
+    out = {k: k for k in keys}
+    out.update((m.key, m.cluster_id) for m in index.matches(present))
+    return out
 
 
 def _pct(x: float) -> str:
@@ -190,8 +202,7 @@ def format_query(report: RetrievalReport, by_key: Mapping[str, Chunk], index: An
     col = max(30, (width - 3) // 2)
     plain, post = q.nodes["plain"], q.nodes["postprocessor"]
 
-    def cluster(key: str) -> str:
-        return index.resolve(key) if key in index else key
+    cluster = cluster_ids(index, [n.node.node_id for n in (*plain, *post)]).__getitem__
 
     lines = [f"rag-dedup query {path}: {q.question!r}, top {k} of {report.chunks} chunks (BM25)",
              f"without dedup: {len(plain)} results, {len({cluster(n.node.node_id) for n in plain})} distinct "

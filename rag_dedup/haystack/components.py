@@ -25,6 +25,7 @@ from rag_dedup.chunking.bundled import default_tokenizer
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
+from rag_dedup.settings import check_threshold, check_top
 from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, folded_entry
 
 __all__ = ["DocumentDeduplicator", "DuplicateCollapser", "SentenceChunker"]
@@ -46,8 +47,7 @@ def _open_index(threshold: float, storage: str | None, namespace: str, index_pat
 
 
 def _check_index_params(threshold: float, storage: str | None, index_path: str | None) -> None:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold ({threshold!r}) must be a number in (0, 1]; 0.8 is a common start")
+    check_threshold(threshold)
     if storage is not None and index_path is not None:
         raise ValueError("give storage (a Redis URL) or index_path (a directory), not both")
 
@@ -311,8 +311,7 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
 
 
 def _check_top_k(top_k: object) -> None:
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k ({top_k!r}) must be an int >= 1, or None for every distinct document")
+    check_top(top_k, "top_k", optional=True)
 
 
 @component

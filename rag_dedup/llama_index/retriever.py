@@ -31,6 +31,7 @@ from llama_index.core.schema import ImageNode, IndexNode, NodeWithScore, QueryBu
 from rag_dedup.collapse import is_blank
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
+from rag_dedup.settings import check_fetch_factor, check_top
 
 __all__ = ["DistinctRetriever"]
 
@@ -68,8 +69,8 @@ class DistinctRetriever(BaseRetriever):
         callback_manager, object_map, objects, verbose: As for every LlamaIndex ``BaseRetriever``.
 
     Raises:
-        TypeError: ``retriever`` is not a ``BaseRetriever``, or ``postprocessor`` not a
-            ``DedupPostprocessor``.
+        TypeError: ``retriever`` is not a ``BaseRetriever``, ``postprocessor`` not a
+            ``DedupPostprocessor``, ``top_k`` or ``max_fetch`` not an int, or ``fetch_factor`` not a number.
         ValueError: ``top_k`` < 1, ``fetch_factor`` < 1 or not finite, ``max_fetch`` < ``top_k``, or both
             ``postprocessor`` and ``threshold``/``index``.
     """
@@ -91,21 +92,14 @@ class DistinctRetriever(BaseRetriever):
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise TypeError(f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}")
-        for name, value in (("top_k", top_k), ("max_fetch", max_fetch)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be int, got {type(value).__name__}")
-        if top_k < 1:
-            raise ValueError(f"top_k ({top_k}) must be at least 1")
+        check_top(top_k, "top_k")
+        if isinstance(max_fetch, bool) or not isinstance(max_fetch, int):
+            raise TypeError(f"max_fetch must be int, got {type(max_fetch).__name__}")
         if max_fetch < top_k:
             raise ValueError(
                 f"max_fetch ({max_fetch}) must be at least top_k ({top_k}); raise max_fetch or lower top_k"
             )
-        if (
-            not isinstance(fetch_factor, (int, float))
-            or isinstance(fetch_factor, bool)
-            or not 1.0 <= fetch_factor < math.inf
-        ):
-            raise ValueError(f"fetch_factor ({fetch_factor!r}) must be a finite number >= 1; 3 is the usual over-fetch")
+        fetch_factor = check_fetch_factor(fetch_factor)
         if postprocessor is None:
             postprocessor = DedupPostprocessor(threshold=threshold, index=index)
         elif not isinstance(postprocessor, DedupPostprocessor):
@@ -114,7 +108,7 @@ class DistinctRetriever(BaseRetriever):
             raise ValueError("pass threshold and index to the DedupPostprocessor, or pass no postprocessor, not both")
         self.retriever = retriever
         self.top_k = top_k
-        self.fetch_factor = float(fetch_factor)
+        self.fetch_factor = fetch_factor
         self.max_fetch = max_fetch
         self._postprocessor = postprocessor
         self._sets_top_k = hasattr(retriever, "similarity_top_k")

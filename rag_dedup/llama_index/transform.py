@@ -453,7 +453,9 @@ class DedupTransform(TransformComponent):
     def _warn_unseen(self, unseen: set[str]) -> None:
         """Warn when the pipeline's docstore holds documents whose chunks are not in the index."""
         index = self._index
-        found = {doc for doc in unseen if doc in index or index.keys_of_source(doc)}  # a chunk, or a document
+        asked = sorted(unseen)
+        # a chunk (one batch lookup), or a document
+        found = {doc for doc, here in zip(asked, index.contains_many(asked)) if here or index.keys_of_source(doc)}
         self._state.sources.update(found)
         missing = sorted(unseen - found)
         if missing:

@@ -1,0 +1,160 @@
+"""The shared parameters' rules, written once: each check names the parameter, its value, the bound and a fix.
+
+The index, the framework adapters and the command take the same few parameters; each validates them by
+calling these functions, so a bound (the ``ngram`` maximum, the ``num_perm`` ceiling a crafted saved
+manifest could otherwise abuse) lives here and nowhere else. A check raises :class:`TypeError` for a value
+of the wrong type (``bool`` is not a number here) and :class:`ValueError` for one out of range, and returns
+the value in its canonical type (``float`` for the similarities).
+
+Also here: the name and version of the index's stored parameters (``format``/``format_version``).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "INDEX_FORMAT",
+    "INDEX_FORMAT_VERSION",
+    "MAX_NGRAM",
+    "MAX_NUM_PERM",
+    "MIN_NUM_PERM",
+    "check_drift_floor",
+    "check_fetch_factor",
+    "check_ngram",
+    "check_num_perm",
+    "check_seed",
+    "check_threshold",
+    "check_top",
+]
+
+#: The ``format`` an index's stored parameters carry (storage meta and saved-directory manifest).
+INDEX_FORMAT = "rag-dedup-index"
+#: The newest ``format_version`` of those parameters this rag-dedup writes and reads.
+INDEX_FORMAT_VERSION = 1
+
+#: Fewest MinHash permutations (one band of two rows at least).
+MIN_NUM_PERM = 2
+#: Most MinHash permutations: far above any useful signature length (128-512 are the usual choices), low
+#: enough that a crafted saved manifest cannot make loading allocate gigabytes of permutations.
+MAX_NUM_PERM = 8192
+#: Most words per shingle.
+MAX_NGRAM = 64
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_threshold(threshold: object, name: str = "threshold") -> float:
+    """``threshold`` as a float in (0, 1].
+
+    Raises:
+        TypeError: Not an int or float.
+        ValueError: Outside (0, 1] (NaN included).
+    """
+    if not _is_number(threshold):
+        raise TypeError(f"{name} must be a number, got {type(threshold).__name__}")
+    if not 0.0 < threshold <= 1.0:  # type: ignore[operator]
+        raise ValueError(f"{name} ({threshold}) must be in (0, 1]; 0.8 is a common start, tune per corpus")
+    return float(threshold)  # type: ignore[arg-type]
+
+
+def check_drift_floor(drift_floor: object, threshold: float) -> float:
+    """``drift_floor`` as a float in [0, ``threshold``]; None means ``max(0, threshold - 0.1)``.
+
+    ``threshold`` must already be valid (:func:`check_threshold`).
+
+    Raises:
+        TypeError: Not None, an int or a float.
+        ValueError: Outside [0, threshold] (NaN included).
+    """
+    if drift_floor is None:
+        return max(0.0, float(threshold) - 0.1)
+    if not _is_number(drift_floor):
+        raise TypeError(f"drift_floor must be a number, got {type(drift_floor).__name__}")
+    if not 0.0 <= drift_floor <= threshold:  # type: ignore[operator]
+        raise ValueError(
+            f"drift_floor ({drift_floor}) must be in [0, threshold ({threshold})]; leave it None for threshold - 0.1"
+        )
+    return float(drift_floor)  # type: ignore[arg-type]
+
+
+def check_num_perm(num_perm: object) -> int:
+    """``num_perm`` as an int in [:data:`MIN_NUM_PERM`, :data:`MAX_NUM_PERM`].
+
+    Raises:
+        TypeError: Not an int.
+        ValueError: Out of range.
+    """
+    if not _is_int(num_perm):
+        raise TypeError(f"num_perm must be int, got {type(num_perm).__name__}")
+    if num_perm < MIN_NUM_PERM:  # type: ignore[operator]
+        raise ValueError(f"num_perm ({num_perm}) must be at least {MIN_NUM_PERM}; 128 is the usual choice")
+    if num_perm > MAX_NUM_PERM:  # type: ignore[operator]
+        raise ValueError(
+            f"num_perm ({num_perm}) must be at most {MAX_NUM_PERM}; 128 is the usual choice, 512 already "
+            "estimates Jaccard similarity within about 0.02"
+        )
+    return num_perm  # type: ignore[return-value]
+
+
+def check_ngram(ngram: object) -> int:
+    """``ngram`` (words per shingle) as an int in [1, :data:`MAX_NGRAM`].
+
+    Raises:
+        TypeError: Not an int.
+        ValueError: Out of range.
+    """
+    if not _is_int(ngram):
+        raise TypeError(f"ngram must be int, got {type(ngram).__name__}")
+    if not 1 <= ngram <= MAX_NGRAM:  # type: ignore[operator]
+        raise ValueError(f"ngram ({ngram}) must be between 1 and {MAX_NGRAM}; 5-word shingles are the usual choice")
+    return ngram  # type: ignore[return-value]
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` (the MinHash permutation seed) as an int.
+
+    Raises:
+        TypeError: Not an int.
+    """
+    if not _is_int(seed):
+        raise TypeError(f"seed must be int, got {type(seed).__name__}; the default is 1")
+    return seed  # type: ignore[return-value]
+
+
+def check_top(value: object, name: str = "top_k", *, optional: bool = False) -> int | None:
+    """A result count (``top_k``, ``top_n``) as an int >= 1, or None when ``optional``.
+
+    Raises:
+        TypeError: Not an int (nor None when ``optional``).
+        ValueError: Below 1.
+    """
+    if value is None and optional:
+        return None
+    if not _is_int(value):
+        also = ", or None for every distinct passage" if optional else ""
+        raise TypeError(f"{name} must be int{also}, got {type(value).__name__}")
+    if value < 1:  # type: ignore[operator]
+        also = ", or None for every distinct passage" if optional else ""
+        raise ValueError(f"{name} ({value}) must be at least 1{also}")
+    return value  # type: ignore[return-value]
+
+
+def check_fetch_factor(fetch_factor: object) -> float:
+    """``fetch_factor`` (how many times the wanted count to fetch first) as a finite float >= 1.
+
+    Raises:
+        TypeError: Not an int or float.
+        ValueError: Below 1, infinite or NaN.
+    """
+    if not _is_number(fetch_factor):
+        raise TypeError(f"fetch_factor must be a number, got {type(fetch_factor).__name__}")
+    if not 1.0 <= fetch_factor < math.inf:  # type: ignore[operator]
+        raise ValueError(f"fetch_factor ({fetch_factor}) must be a finite number >= 1; 3 is the usual over-fetch")
+    return float(fetch_factor)  # type: ignore[arg-type]
