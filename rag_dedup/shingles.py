@@ -194,6 +194,11 @@ _NUMBER_FIRST = np.zeros(256, dtype=bool)
 _NUMBER_FIRST[list(b"(ivx0123456789")] = True
 _NUMBER_LAST = np.zeros(256, dtype=bool)
 _NUMBER_LAST[list(b".)")] = True
+# Not solid, or whitespace (which is in no word): byte 1 of a decoration candidate that leaves it open.
+_INNER_LOOSE = _LOOSE.copy()
+_INNER_LOOSE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_NOT_BREAK = np.ones(256, dtype=bool)
+_NOT_BREAK[[10, 13]] = False
 # Per byte: bit 0 solid, bit 1 part of a non-ASCII character.
 _KIND = _SOLID.astype(np.uint8)
 _KIND[128:] = 2
@@ -238,39 +243,21 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head[numbers])) & keep[numbers]]
     if not len(numbers):
         return keep, dropped
-    # Candidates right after a line break (or first in the buffer) lead their line; those right after
-    # a dropped word (or another candidate) may, when the walk back over dropped words reaches a line
-    # break. A gap of one byte is a line break when that byte is; longer gaps are searched.
-    before = np.maximum(numbers - 1, 0)
-    gap = ends[before]
-    one = buf[np.minimum(gap, len(buf) - 1)]  # the first word has no word before it (and no gap)
-    direct = (numbers == 0) | (one == 10) | (one == 13)
-    for n in np.flatnonzero(~direct & (starts[numbers] - gap > 1)).tolist():
-        direct[n] = _breaks(data, int(gap[n]), int(starts[numbers[n]]))
-    previous = np.concatenate(([-2], numbers[:-1]))  # the candidate before each (numbers ascend)
-    after_candidate = previous == numbers - 1
-    chained = ~direct & (~keep[before] | after_candidate)  # after a dropped word, or another number
-    # The usual chained case settles at once: one dropped word between the candidate and a kept word that
-    # is no candidate (so stays kept), gaps of one byte that is no line break: a kept word on the line.
-    two = np.maximum(numbers - 2, 0)
-    settled = (
-        chained & ~after_candidate & (numbers >= 2) & keep[two]
-        & (previous != two) & (starts[before] - ends[two] == 1)
-    )
-    if settled.any():
-        pair = buf[ends[two[settled]]]
-        settled[settled] = (pair != 10) & (pair != 13)
-    pick = (direct | chained) & ~settled
-    numbers, direct = numbers[pick], direct[pick]
+    # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
+    # them that is no line break, does not lead its line: that settles most at once. The others are
+    # walked back over the dropped words before them, in order (a number dropped drops for the next).
+    previous = np.maximum(numbers - 1, 0)  # (the first word is its own "previous": a gap of -size)
+    after = ends[previous]
+    settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
+    settled[1:] &= numbers[1:] - 1 != numbers[:-1]
     leading = []
-    for i, first_on_line in zip(numbers.tolist(), direct.tolist()):
-        if not first_on_line:
-            j = i - 1  # walk back over dropped words to the start of the line
-            while j > 0 and not keep[j - 1] and not _breaks(data, int(ends[j - 1]), int(starts[j])):
-                j -= 1
-            if j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])):
-                continue  # a kept word on the same line
-        if _NUMBERING_BYTES.fullmatch(data, int(starts[i]), int(ends[i])) is not None:
+    for i in numbers[~settled].tolist():
+        j = i  # walk back over dropped words on the line: leading when none is kept
+        while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
+            j -= 1
+        if (j == 0 or _breaks(data, int(ends[j - 1]), int(starts[j]))) and _NUMBERING_BYTES.fullmatch(
+            data, int(starts[i]), int(ends[i])
+        ) is not None:
             keep[i] = False
             leading.append(i)
     if leading:
@@ -290,12 +277,12 @@ def _settle_edged(
     gathered together and their classes or-ed per word (``reduceat``: a word has at least one byte,
     so no segment is empty).
     """
-    sizes = e - a
     # (byte 1 of a one-byte word is whitespace, or past the buffer: "clip" reads the word itself)
-    rest = np.flatnonzero(~(_SOLID.take(buf.take(a + 1, mode="clip")) & (sizes > 1)))
+    rest = np.flatnonzero(_INNER_LOOSE.take(buf.take(a + 1, mode="clip")))
     if not len(rest):
         return rest
-    a, e, sizes, edged = a[rest], e[rest], sizes[rest], edged[rest]
+    a, e, edged = a[rest], e[rest], edged[rest]
+    sizes = e - a
     offsets = np.cumsum(sizes) - sizes
     inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
     kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
