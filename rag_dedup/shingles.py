@@ -425,14 +425,13 @@ def _hash_piece(
         if len(dropped):
             left = words_per_text - np.bincount(text_of_word[dropped], minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
-            if bare.any():
+            if bare.any():  # rare: texts of decoration only
                 keep = _restore_bare(keep, text_of_word, len(texts))
                 left[bare] = words_per_text[bare]
-            if not np.array_equal(left, words_per_text):
-                kept = keep
-                words, words_per_text = words[kept], left
-                text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
-                first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+            kept = keep
+            words, words_per_text = words[kept], left
+            text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+            first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
     gram_texts = _gram_regime(words_per_text, short_tokens)
     if kept is not None and len(gram_texts):
         starts, ends = starts[kept], ends[kept]
