@@ -104,8 +104,10 @@ _C_NP = np.array(_C, dtype=np.uint64)
 # Bytes that separate words: ASCII whitespace (tab, LF, VT, FF, CR, the four information separators
 # and space: 9-13, 28-32), the same set as str.split(). canonical() leaves only spaces and newlines,
 # token_form() may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
-# Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries.
-_PIECE_BYTES = 1 << 17
+# Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries
+# (and spreads the fixed cost of the few dozen small array operations per piece of the decoration rule:
+# 2^18 is measurably faster than 2^17 on 180-word chunks, bench_scripts.py section 4).
+_PIECE_BYTES = 1 << 18
 
 
 def _fmix64_py(x: int) -> int:
@@ -184,17 +186,24 @@ _PS_BYTES = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 _SOLID = np.ones(256, dtype=bool)
 _SOLID[list(_PS_BYTES)] = False
 _SOLID[128:] = False
-# Inner bytes of decoration candidates examined in bulk (each further one costs more than it settles).
-_SOLID_SCAN = 2
 _NUMBERING_BYTES = re.compile(NUMBERING.encode("ascii"))
 # A token NUMBERING matches is at most 9 bytes ("(xxxviii)"), ends in "." or ")", and is two bytes
-# long or begins with one of "(ivx0123456789": per first byte, bit 0 for not solid, bit 1 for that set;
-# per last byte, bit 0 for not solid, bit 1 for "." or ")".
+# long or begins with one of "(ivx0123456789". Per byte, as boolean tables: not solid (_LOOSE), one of
+# that set (_NUMBER_FIRST), "." or ")" (_NUMBER_LAST).
 _NUMBERING_MAX = 9
-_FIRST = (~_SOLID).astype(np.uint8)
-_FIRST[list(b"(ivx0123456789")] |= 2
-_LAST = (~_SOLID).astype(np.uint8)
-_LAST[list(b".)")] |= 2
+_LOOSE = ~_SOLID
+_NUMBER_FIRST = np.zeros(256, dtype=bool)
+_NUMBER_FIRST[list(b"(ivx0123456789")] = True
+_NUMBER_LAST = np.zeros(256, dtype=bool)
+_NUMBER_LAST[list(b".)")] = True
+# Not solid, or whitespace (which is in no word): byte 1 of a decoration candidate that leaves it open.
+_INNER_LOOSE = _LOOSE.copy()
+_INNER_LOOSE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_NOT_BREAK = np.ones(256, dtype=bool)
+_NOT_BREAK[[10, 13]] = False
+# Per byte: bit 0 solid, bit 1 part of a non-ASCII character.
+_KIND = _SOLID.astype(np.uint8)
+_KIND[128:] = 2
 
 
 def _restore_bare(keep: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
@@ -208,66 +217,84 @@ def _restore_bare(keep: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
 
 
 def _undecorated(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which words the decoration rule keeps (a boolean mask; see :func:`_decoration_drops`)."""
+    return _decoration_drops(data, buf, starts, ends)[0]
+
+
+def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
     Only words whose first and last bytes are not solid can be decoration, and only short words
-    ending in "." or ")" can be numbers: a few gathers over the words find both kinds of candidate,
-    and only the candidates (a few per text of prose) are looked at further. A number is dropped
-    when it is *leading*: every word before it on its line is dropped too.
+    ending in "." or ")" can be numbers: two gathers over the words (their first and last bytes) find
+    both kinds of candidate, and only the candidates (a few per text of prose) are looked at further,
+    with operations on the candidates alone. A number is dropped when it is *leading*: every word
+    before it on its line is dropped too.
+
+    Returns ``(keep, dropped)``: the mask of the words kept, and the indices of the others (in no
+    particular order), so that callers need no pass over all words to find the few dropped.
     """
-    first, last = _FIRST.take(buf.take(starts)), _LAST.take(buf.take(ends - 1))
+    head, tail = buf[starts], buf[ends - 1]
     keep = np.ones(len(starts), dtype=bool)
-    edged = np.flatnonzero(first & last & 1)
-    if len(edged):
-        # Byte k of the candidates still undecided, k = 1, 2: a solid byte decides for it, the end of an
-        # all-ASCII word against it (most are settled at once: "(c)", "``x``"). The rest (on prose,
-        # one in a thousand words), and words of non-ASCII punctuation or letters, one by one.
-        sizes = ends[edged] - starts[edged]
-        undecided = np.arange(len(edged))
-        wide = (buf[starts[edged]] >= 128) | (buf[ends[edged] - 1] >= 128)  # holds non-ASCII bytes
-        solid_at = np.zeros(len(edged), dtype=bool)
-        exhausted = []
-        for k in range(1, _SOLID_SCAN + 1):
-            alive = sizes[undecided] > k + 1
-            exhausted.append(undecided[~alive & wide])  # all ASCII and no solid byte: decoration
-            undecided, wide = undecided[alive], wide[alive]
-            byte = buf[starts[edged[undecided]] + k]
-            solid = _SOLID[byte]
-            solid_at[undecided[solid]] = True
-            undecided, wide = undecided[~solid], wide[~solid] | (byte[~solid] >= 128)
-        keep[edged] = solid_at
-        for i in edged[np.concatenate((*exhausted, undecided))].tolist():
-            keep[i] = not _decoration_bytes(data[starts[i] : ends[i]])
-    numbers = np.flatnonzero(last & 2)
-    sizes = ends[numbers] - starts[numbers]
-    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | (first[numbers] & 2).astype(bool))]
-    numbers = numbers[keep[numbers]]
+    edged = np.flatnonzero(_LOOSE.take(head) & _LOOSE.take(tail))
+    dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
+    numbers = np.flatnonzero(_NUMBER_LAST.take(tail))
     if not len(numbers):
-        return keep
-    # Candidates right after a line break (or first in the buffer) lead their line; those right after
-    # a dropped word (or another candidate) may, when the walk back over dropped words reaches a line
-    # break. A gap of one byte is a line break when that byte is; longer gaps are searched.
-    before = np.maximum(numbers - 1, 0)
-    gap = ends[before]
-    one = buf[np.minimum(gap, len(buf) - 1)]  # the first word has no word before it (and no gap)
-    direct = (numbers == 0) | (one == 10) | (one == 13)
-    for n in np.flatnonzero(~direct & (starts[numbers] - gap > 1)).tolist():
-        direct[n] = _breaks(data, int(gap[n]), int(starts[numbers[n]]))
-    candidate = np.zeros(len(starts), dtype=bool)
-    candidate[numbers] = True
-    chained = ~direct & (~keep[before] | candidate[before])  # after a dropped word, or another number
-    numbers, direct = numbers[direct | chained], direct[direct | chained]
-    for i, first_on_line in zip(numbers.tolist(), direct.tolist()):
-        if not first_on_line:
-            j = i - 1  # walk back over dropped words to the start of the line
-            while j > 0 and not keep[j - 1] and not _breaks(data, int(ends[j - 1]), int(starts[j])):
-                j -= 1
-            if j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])):
-                continue  # a kept word on the same line
-        if _NUMBERING_BYTES.fullmatch(data, int(starts[i]), int(ends[i])) is not None:
+        return keep, dropped
+    sizes = ends[numbers] - starts[numbers]
+    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head[numbers])) & keep[numbers]]
+    if not len(numbers):
+        return keep, dropped
+    # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
+    # them that is no line break, does not lead its line: that settles most at once. The others are
+    # walked back over the dropped words before them, in order (a number dropped drops for the next).
+    previous = np.maximum(numbers - 1, 0)  # (the first word is its own "previous": a gap of -size)
+    after = ends[previous]
+    settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
+    settled[1:] &= numbers[1:] - 1 != numbers[:-1]
+    leading = []
+    for i in numbers[~settled].tolist():
+        j = i  # walk back over dropped words on the line: leading when none is kept
+        while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
+            j -= 1
+        if (j == 0 or _breaks(data, int(ends[j - 1]), int(starts[j]))) and _NUMBERING_BYTES.fullmatch(
+            data, int(starts[i]), int(ends[i])
+        ) is not None:
             keep[i] = False
-    return keep
+            leading.append(i)
+    if leading:
+        dropped = np.concatenate((dropped, np.array(leading, dtype=dropped.dtype)))
+    return keep, dropped
+
+
+def _settle_edged(
+    data: bytes, buf: np.ndarray, a: np.ndarray, e: np.ndarray, edged: np.ndarray, keep: np.ndarray
+) -> np.ndarray:
+    """Clear ``keep`` of the decoration among the candidates ``edged`` (words ``a``..``e`` whose first
+    and last bytes are not solid), and return their indices: a word with a solid byte is kept, a word
+    of ASCII bytes without one is decoration, and the rest (non-ASCII punctuation or letters) go to
+    :func:`_decoration_bytes` one by one.
+
+    Byte 1 settles most long candidates at once ("(c)", "<name@host>"); the bytes of the others are
+    gathered together and their classes or-ed per word (``reduceat``: a word has at least one byte,
+    so no segment is empty).
+    """
+    # (byte 1 of a one-byte word is whitespace, or past the buffer: "clip" reads the word itself)
+    rest = np.flatnonzero(_INNER_LOOSE.take(buf.take(a + 1, mode="clip")))
+    if not len(rest):
+        return rest
+    a, e, edged = a[rest], e[rest], edged[rest]
+    sizes = e - a
+    offsets = np.cumsum(sizes) - sizes
+    inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
+    kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
+    decoration = kinds == 0  # ASCII punctuation and symbols only
+    odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
+    if len(odd):
+        decoration[odd] = [_decoration_bytes(data[x:y]) for x, y in zip(a[odd].tolist(), e[odd].tolist())]
+    dropped = edged[decoration]
+    keep[dropped] = False
+    return dropped
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -386,19 +413,28 @@ def _hash_piece(
     joined = b"\n".join(encoded)
     buf = np.frombuffer(joined, dtype=np.uint8)
     is_word, starts, ends, words = _words(buf)
-    text_of_word = np.searchsorted(text_starts, starts, side="right") - 1
+    # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
+    first_word = np.searchsorted(starts, text_starts)
+    words_per_text = np.diff(first_word, append=len(starts))
+    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     if digests is not None:
-        words_per_text = np.bincount(text_of_word, minlength=len(texts))
-        first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
+    kept = None  # the mask of the words kept, when the decoration rule drops some
     if ignore_decoration and len(starts):
-        keep = _undecorated(joined, buf, starts, ends)
-        if not keep.all():
-            keep = _restore_bare(keep, text_of_word, len(texts))
-            starts, ends, words, text_of_word = starts[keep], ends[keep], words[keep], text_of_word[keep]
-    words_per_text = np.bincount(text_of_word, minlength=len(texts))
-    first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+        keep, dropped = _decoration_drops(joined, buf, starts, ends)
+        if len(dropped):
+            left = words_per_text - np.bincount(text_of_word[dropped], minlength=len(texts))
+            bare = (left == 0) & (words_per_text > 0)
+            if bare.any():  # rare: texts of decoration only
+                keep = _restore_bare(keep, text_of_word, len(texts))
+                left[bare] = words_per_text[bare]
+            kept = keep
+            words, words_per_text = words[kept], left
+            text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+            first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
     gram_texts = _gram_regime(words_per_text, short_tokens)
+    if kept is not None and len(gram_texts):
+        starts, ends = starts[kept], ends[kept]
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):

@@ -99,6 +99,29 @@ def test_bulk_shingles_equal_the_reference_on_mixed_scripts(texts: list[str], ng
     assert [len(s) for s in stream_sets(texts, ngram=ngram, **rules)] == [len(s) for s in fast]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2(a) (4) never produces adapted material",  # "2(a)" is no number: "(4)" does not lead its line
+        "foo\nit. 2. bar baz",
+        "images. 11.",
+        "1.) 1. a b c d e f",
+        "* 1. 2. x y z\n- - iv) a b c d e f",
+        "it.\n2.  3. a\r(a)\t\t(b) iv) x. a b",
+        "1.",
+        "- 1.",
+    ],
+)
+def test_numbers_after_a_kept_candidate_equal_the_reference(text: str) -> None:
+    """A line-leading word shaped like a number but not one (kept) stops the numbers after it from leading."""
+    for texts in ([text], [text, "x\n" + text, text + "\n" + text]):
+        for got, one in zip(shingle_hashes_many(texts, short_tokens=0), texts):
+            assert np.array_equal(got, reference_shingle_hashes(one, short_tokens=0))
+        assert [len(s) for s in stream_sets(texts, short_tokens=0)] == [
+            len(s) for s in shingle_hashes_many(texts, short_tokens=0)
+        ]
+
+
 def test_bulk_shingles_equal_the_reference_on_real_cjk_and_headers() -> None:
     texts = cjk_paragraphs() + [(SCRIPTS / "bignum-header.h").read_text(), *(SCRIPTS / "name-lines.txt").read_text().splitlines()]
     for deco in (True, False):
