@@ -381,7 +381,8 @@ def _small_matrix(hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     np.not_equal(masks[1:], masks[:-1], out=first[1:])
     at = np.flatnonzero(first)
     weight = np.diff(at, append=len(masks)).astype(np.float64)
-    held = np.unpackbits(masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8), axis=1, count=n, bitorder="little").astype(np.float64)
+    as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
+    held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
     inter = (held.T * weight) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
     sizes = inter.diagonal().copy()
     union = sizes[:, None] + sizes[None, :] - inter
@@ -483,9 +484,9 @@ class TextSimilarity:
         The diagonal is 1.0, or 0.0 for a text without shingles. Equal texts share a row, so exact
         copies are shingled once. The texts not remembered from earlier calls are shingled together
         in one pass (:func:`~rag_dedup.shingles.shingle_stream`), and the shingles of all of them
-        are sorted together once (:func:`_pair_counts`): a constant number of numpy calls per call,
-        whatever the number of texts, where per-text calls cost more than the work itself at this
-        size. Up to ``capacity`` texts are remembered for later calls (0: none).
+        are sorted together once (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`):
+        a constant number of numpy calls per call, whatever the number of texts, where per-text calls
+        cost more than the work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
         """
         row_of: dict[str, int] = {}
         rows = [row_of.setdefault(t, len(row_of)) for t in texts]
