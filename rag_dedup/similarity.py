@@ -351,6 +351,51 @@ def _count_by_product(owners: np.ndarray, column: np.ndarray, columns: int, n: i
     return total.astype(np.int64)
 
 
+# Set i's number, as a uint64, for up to 64 sets (see _small_matrix).
+_SET_NUMBERS = np.arange(64, dtype=np.uint64)
+
+
+def _small_matrix(hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``_jaccard(*_pair_counts(hashes, counts))`` for 2 to 64 sets and at least one hash, the same floats,
+    in about half the numpy calls (at a query's size the calls, not the work, are the cost).
+
+    The same sort of ``value | set`` keys, but the repeats and the values held by one set only are kept:
+    each run of equal values becomes the bit mask of the sets holding it (a repeat ORs the same bit
+    again), and the ``D`` distinct masks with their counts give ``Bᵀ diag(count) B`` as in
+    :func:`_shared_counts`, whose diagonal is now each set's number of distinct values (its size).
+    """
+    n = len(counts)
+    bits = max(1, (n - 1).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    keys = hashes & ~low
+    keys |= np.repeat(_SET_NUMBERS[:n], counts)
+    keys = _sorted(keys)
+    values = keys >> np.uint64(bits)
+    new_run = np.empty(len(values), dtype=bool)
+    new_run[0] = True
+    np.not_equal(values[1:], values[:-1], out=new_run[1:])
+    masks = np.bitwise_or.reduceat(_BITS[keys & low], np.flatnonzero(new_run))
+    masks.sort()
+    first = np.empty(len(masks), dtype=bool)
+    first[0] = True
+    np.not_equal(masks[1:], masks[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    weight = np.diff(at, append=len(masks)).astype(np.float64)
+    as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
+    held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
+    inter = (held.T * weight) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
+    sizes = inter.diagonal().copy()
+    union = sizes[:, None] + sizes[None, :] - inter
+    if sizes.all():
+        return inter / union
+    out = np.zeros(inter.shape, dtype=np.float64)
+    np.divide(inter, union, out=out, where=union > 0)
+    empty = sizes == 0
+    out[empty, :] = 0.0
+    out[:, empty] = 0.0
+    return out
+
+
 def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
     """Jaccard similarities from set sizes and pairwise intersections (diagonal ignored): an empty set
     has similarity 0 with everything, itself included."""
@@ -439,9 +484,9 @@ class TextSimilarity:
         The diagonal is 1.0, or 0.0 for a text without shingles. Equal texts share a row, so exact
         copies are shingled once. The texts not remembered from earlier calls are shingled together
         in one pass (:func:`~rag_dedup.shingles.shingle_stream`), and the shingles of all of them
-        are sorted together once (:func:`_pair_counts`): a constant number of numpy calls per call,
-        whatever the number of texts, where per-text calls cost more than the work itself at this
-        size. Up to ``capacity`` texts are remembered for later calls (0: none).
+        are sorted together once (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`):
+        a constant number of numpy calls per call, whatever the number of texts, where per-text calls
+        cost more than the work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
         """
         row_of: dict[str, int] = {}
         rows = [row_of.setdefault(t, len(row_of)) for t in texts]
@@ -449,13 +494,17 @@ class TextSimilarity:
         cache = self._cache if capacity else None
         known = cache.get_many(ngram, unique) if cache is not None else [None] * len(unique)
         fresh = [t for t, entry in zip(unique, known) if entry is None]
-        if fresh:
-            hashes, counts = shingle_stream(fresh, ngram)
-        else:
+        if not unique:
             hashes, counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-        if cache is not None:
-            cache.put_many(ngram, fresh, hashes, counts, capacity)
-        if len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order
+        elif not fresh:  # all remembered (a warm query): their hashes end to end, row order
+            parts = [entry[0][entry[1] : entry[2]] for entry in known]  # type: ignore[index]
+            hashes = np.concatenate(parts)
+            counts = np.fromiter([entry[2] - entry[1] for entry in known], dtype=np.int64, count=len(known))  # type: ignore[index]
+        else:
+            hashes, counts = shingle_stream(fresh, ngram)
+            if cache is not None:
+                cache.put_many(ngram, fresh, hashes, counts, capacity)
+        if 0 < len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order
             ends = np.cumsum(counts).tolist()
             computed = iter(zip(ends, counts.tolist()))
             parts = []
@@ -467,7 +516,10 @@ class TextSimilarity:
                     parts.append(entry[0][entry[1] : entry[2]])
             hashes = np.concatenate(parts)
             counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-        sim = _jaccard(*_pair_counts(hashes, counts))
+        if 1 < len(counts) <= 64 and len(hashes):
+            sim = _small_matrix(hashes, counts)
+        else:
+            sim = _jaccard(*_pair_counts(hashes, counts))
         if len(unique) < len(texts):
             index = np.array(rows, dtype=np.intp)
             sim = sim.take(index, axis=0).take(index, axis=1)

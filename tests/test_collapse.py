@@ -135,3 +135,62 @@ def test_jaccard_takes_two_texts_or_two_shingle_sets_and_says_so_otherwise():
     assert rag_dedup.jaccard("one two", "one two", ngram=1) == 1.0
     with pytest.raises(TypeError, match="two texts"):
         rag_dedup.jaccard(a, shingle_hashes(b))  # type: ignore[arg-type]
+
+
+QUERIES = (
+    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
+    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
+    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
+    "Redistributions of source code must retain the above copyright notice, this list of conditions",
+    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
+    "You should have received a copy of the GNU Lesser General Public License along with this library",
+)
+
+
+def _top30s() -> list[list[Passage]]:
+    """For each query, the 30 overlapping windows of the shipped corpus sharing most words with it (best
+    first), stamped with the clusters a DedupIndex gives them: real top 30s full of licence copies."""
+    from tests.corpus import chunks
+
+    windows = chunks(words=120, stride=60)
+    index = DedupIndex()
+    index.add_many(windows)
+    clusters = {m.key: m.cluster_id for m in index.matches([k for k, _ in windows])}
+    out = []
+    for query in QUERIES:
+        words = set(query.lower().split())
+        scored = sorted(windows, key=lambda kt: (-len(words & set(kt[1].lower().split())), kt[0]))[:30]
+        out.append([Passage(k, t, float(30 - i), clusters[k]) for i, (k, t) in enumerate(scored)])
+    return out
+
+
+def test_the_small_matrix_gives_the_same_similarities_and_decisions_as_the_general_path(monkeypatch):
+    """TextSimilarity.matrix's path for up to 64 texts (_small_matrix) against the general one
+    (_pair_counts, then _jaccard): the same floats, so the same Kept and Fold decisions, on real top 30s."""
+    import numpy as np
+
+    from rag_dedup import similarity
+
+    def general(hashes, counts):
+        return similarity._jaccard(*similarity._pair_counts(hashes, counts))
+
+    small = similarity._small_matrix
+    tops = _top30s()
+    fast = [Collapser().collapse(p) for p in tops]
+    fast_matrices = [similarity.TextSimilarity().matrix([q.text for q in p]) for p in tops]
+    monkeypatch.setattr(similarity, "_small_matrix", general)
+    slow = [Collapser().collapse(p) for p in tops]
+    assert fast == slow
+    assert sum(len(k.folded) for kept in fast for k in kept) > 0  # the top 30s hold duplicates
+    for p, m in zip(tops, fast_matrices):
+        assert np.array_equal(m, similarity.TextSimilarity().matrix([q.text for q in p]))
+    # And on random small sets with repeats, shared values and empty sets.
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(2, 65))
+        counts = rng.integers(0, 6, n).astype(np.int64)
+        if not counts.sum():
+            continue
+        hashes = rng.integers(0, int(rng.integers(1, 30)), int(counts.sum())).astype(np.uint64)
+        hashes *= np.uint64(0x9E3779B97F4A7C15)
+        assert np.array_equal(small(hashes, counts), general(hashes, counts))
