@@ -42,10 +42,15 @@ def show(title: str, nodes) -> None:
 
 def main() -> None:
     logging.getLogger("llama_index.retrievers.bm25").setLevel(logging.ERROR)
-    # The command's readers: HTML and JSON reduced to their prose, so `rag-dedup scan examples/data` and
-    # this script see the same 26 documents and cut the same chunks.
+    # The command's readers (HTML and JSON reduced to their prose) and its metadata (SentenceChunker counts
+    # metadata in the chunk budget, as SentenceSplitter does), so `rag-dedup scan examples/data` and this
+    # script see the same 26 documents and cut the same chunks.
+    def metadata(path: str) -> dict[str, str]:
+        rel = Path(path).resolve().relative_to(DATA.resolve()).as_posix()
+        return {"file_path": rel, "file_name": Path(path).name}
+
     documents = SimpleDirectoryReader(str(DATA), recursive=True, file_extractor=file_extractor(),
-                                      filename_as_id=True).load_data()
+                                      file_metadata=metadata, filename_as_id=True).load_data()
 
     # (1) Ingest: chunk, then index every chunk and stamp it with its duplicate cluster.
     dedup = DedupTransform()

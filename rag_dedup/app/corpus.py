@@ -184,7 +184,11 @@ def _load(source: str, file: str) -> list[Any]:
         except Exception as e:  # a reader failing on one file must not stop the scan
             raise Unreadable(f"reader failed: {type(e).__name__}: {e}") from None
     else:
-        docs = [Document(text=read_text(file), metadata=metadata)]
+        # SimpleDirectoryReader's convention: file_name is kept out of embed and LLM text (so out of
+        # SentenceChunker's metadata budget); a pipeline reading the same folder cuts the same chunks.
+        hidden = ["file_name"]
+        docs = [Document(text=read_text(file), metadata=metadata, excluded_embed_metadata_keys=hidden,
+                         excluded_llm_metadata_keys=list(hidden))]
     docs = [d for d in docs if d.text.strip()]
     if not docs:
         raise Unreadable("no text")
