@@ -31,28 +31,13 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from rag_dedup.similarity import jaccard  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPORA = [ROOT / "tests" / "data" / "corpus", ROOT / "examples" / "data"]
-QUERIES = [
-    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
-    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
-    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
-    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
-    "Redistributions of source code must retain the above copyright notice, this list of conditions",
-    "On Debian systems, the complete text of the GNU General Public License can be found in /usr/share",
-    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
-    "This program is distributed in the hope that it will be useful, but WITHOUT ANY WARRANTY",
-    "You should have received a copy of the GNU Lesser General Public License along with this library",
-    "Permission to use, copy, modify, and distribute this software and its documentation for any purpose",
-    "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
-    "neither the name of the copyright holder nor the names of its contributors may be used to endorse",
-]
+from bench_query import CORPORA, QUERIES, ROOT  # noqa: E402  (the same corpus and queries)
+
 THRESHOLD = 0.8
 
 
