@@ -28,15 +28,13 @@ import argparse
 import logging
 import os
 import statistics
-import time
-from collections.abc import Callable
 from functools import partial
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from rag_dedup.similarity import jaccard  # noqa: E402
 
-from bench_query import CORPORA, QUERIES, ROOT  # noqa: E402  (the same corpus and queries)
+from bench_query import CORPORA, QUERIES, ROOT, median_us  # noqa: E402  (the same corpus and queries)
 
 THRESHOLD = 0.8
 
@@ -55,16 +53,6 @@ def ratio(texts: list[str], k: int = 10) -> float:
         if all(jaccard(text, other) < THRESHOLD for other in kept):
             kept.append(text)
     return len(kept) / k
-
-
-def median_us(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1000.0
 
 
 def llama_index_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, float]:

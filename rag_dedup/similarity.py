@@ -384,16 +384,7 @@ def _small_matrix(hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
     held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
     inter = (held.T * weight) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
-    sizes = inter.diagonal().copy()
-    union = sizes[:, None] + sizes[None, :] - inter
-    if sizes.all():
-        return inter / union
-    out = np.zeros(inter.shape, dtype=np.float64)
-    np.divide(inter, union, out=out, where=union > 0)
-    empty = sizes == 0
-    out[empty, :] = 0.0
-    out[:, empty] = 0.0
-    return out
+    return _jaccard(inter.diagonal().copy(), inter)
 
 
 def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:

@@ -14,9 +14,10 @@ adapter (LlamaIndex nodes, LangChain ``Document.metadata``, Haystack ``Document.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS", "folded_entry"]
+__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS", "collapsed_entries", "folded_entry"]
 
 #: The cluster an item belonged to when it was ingested: its representative's key.
 DEDUP_CLUSTER = "dedup_cluster"
@@ -37,3 +38,16 @@ def folded_entry(
     """One ``dedup_collapsed`` entry in LangChain and Haystack metadata: which passage was folded, from
     which source, with what score, and why (LlamaIndex nodes keep their ``node_id``/``ref_doc_id`` names)."""
     return {"id": key, "source": source, "score": score, "reason": reason, "similarity": similarity}
+
+
+def collapsed_entries(
+    own: Iterable[dict[str, Any]] | None, folds: Iterable[Any], earlier: Callable[[int], Iterable[dict[str, Any]] | None]
+) -> list[dict[str, Any]]:
+    """A keeper's ``dedup_collapsed`` after a collapse: its own entries from an earlier pass, then for
+    each :class:`~rag_dedup.collapse.Fold` its entry followed by the entries the folded passage carried
+    (``earlier(fold.position)``): a second pass merges citations, never erases them."""
+    entries = list(own or [])
+    for fold in folds:
+        entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
+        entries.extend(earlier(fold.position) or [])
+    return entries

@@ -26,7 +26,7 @@ from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
 from rag_dedup.settings import check_threshold, check_top
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, folded_entry
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, collapsed_entries
 
 __all__ = ["DocumentDeduplicator", "DuplicateCollapser", "SentenceChunker"]
 
@@ -200,10 +200,9 @@ def _survivor(kept: Kept, documents: list[Document]) -> Document:
     doc = documents[kept.position]
     if not kept.folded:
         return doc  # unchanged: returned as given (nothing is written on it)
-    entries = list(doc.meta.get(DEDUP_COLLAPSED) or [])
-    for fold in kept.folded:
-        entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
-        entries.extend(documents[fold.position].meta.get(DEDUP_COLLAPSED) or [])  # an earlier pass's
+    entries = collapsed_entries(
+        doc.meta.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].meta.get(DEDUP_COLLAPSED)
+    )
     meta = {**doc.meta, DEDUP_COLLAPSED: entries}
     if kept.text is None:
         return dataclasses.replace(doc, meta=meta)

@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, folded_entry
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entries
 
 __all__ = ["DedupCompressor", "collapse_documents"]
 
@@ -72,10 +72,9 @@ def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Doc
     doc = documents[kept.position]
     if not kept.folded:
         return doc  # unchanged: returned as given (nothing is written on it)
-    entries = list(doc.metadata.get(DEDUP_COLLAPSED) or [])
-    for fold in kept.folded:
-        entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
-        entries.extend(documents[fold.position].metadata.get(DEDUP_COLLAPSED) or [])  # an earlier pass's
+    entries = collapsed_entries(
+        doc.metadata.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].metadata.get(DEDUP_COLLAPSED)
+    )
     metadata = {**doc.metadata, DEDUP_COLLAPSED: entries}
     if kept.text is None:
         return doc.model_copy(update={"metadata": metadata})
