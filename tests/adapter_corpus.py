@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from corpus import documents
+from tests.corpus import documents
 
 
 @lru_cache(maxsize=1)

@@ -7,7 +7,7 @@ import random
 from collections import defaultdict
 
 import pytest
-from corpus import chunks, documents, edited
+from tests.corpus import chunks, documents, edited
 
 import rag_dedup.index as index_module
 from rag_dedup import DedupIndex, Match, Member, jaccard, shingle_hashes

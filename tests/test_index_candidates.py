@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from corpus import chunks, edited
+from tests.corpus import chunks, edited
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from corpus import documents
+from tests.corpus import documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from adapter_corpus import paragraphs
+from tests.adapter_corpus import paragraphs
 
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor

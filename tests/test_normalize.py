@@ -9,7 +9,7 @@ import unicodedata
 import numpy as np
 import pytest
 import regex
-from corpus import chunks, documents
+from tests.corpus import chunks, documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -284,7 +284,7 @@ def test_empty_set_signature_is_empty_sentinel() -> None:
 
 def test_minhash_estimate_tracks_exact_jaccard_within_tolerance() -> None:
     """Planted edits of real chunks: the estimate is within 4 standard errors of the truth."""
-    from corpus import edited
+    from tests.corpus import edited
 
     hasher = MinHasher(128)
     for i, (_, text) in enumerate(chunks()[:40]):

@@ -5,7 +5,7 @@ contexts, which needs punkt's orthographic-context flags, its language variables
 patterns, and a tokenizer built around already-loaded parameters. Those are private in nltk; every
 use goes through this module, which checks them at import and fails with an ``ImportError`` naming
 the nltk version and what is missing, so an nltk upgrade that moves them breaks loudly here (and in
-``tests/test_chunking_internals.py``), never as a wrong sentence boundary.
+``tests/chunking/test_internals.py``), never as a wrong sentence boundary.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``Encoding.encode_ordinary(text)`` is a thin wrapper around ``encoding._core_bpe.encode_ordinary``
 whose one other path handles lone surrogates; calling the core directly saves the wrapper on every
 sentence the chunker counts. Without ``_core_bpe`` (a tiktoken that renamed it) the public method is
-used: the same tokens, a little slower. ``tests/test_chunking_internals.py`` fails loudly when the
+used: the same tokens, a little slower. ``tests/chunking/test_internals.py`` fails loudly when the
 installed tiktoken no longer offers the fast path, so an upgrade that loses it is noticed.
 """
 

@@ -22,7 +22,7 @@ from rag_dedup.normalize import canonical
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "data"
 CORPUS = ROOT / "tests" / "data" / "corpus"
 # Two byte-identical Debian copyright files (polkit), three others that restate MIT/X11 paragraphs.

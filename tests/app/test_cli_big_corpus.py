@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from test_html_browser import _chromium
+from tests.app.test_html import _chromium
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COPYRIGHTS, MAN_PAGES = 500, 1700
 #: A phase's closing line in a log: "rag-dedup: chunking: 2,200 documents in 4.4 s (8,297 chunks)".
 PHASE = re.compile(r"^rag-dedup: (?P<desc>[a-zA-Z][a-zA-Z0-9 ]*): (?:(?P<count>[\d,]+) (?P<unit>\w+)|done) "

@@ -21,7 +21,7 @@ from rag_dedup.app.cli import main
 from rag_dedup.app.corpus import discover, escape_name, read_corpus
 from rag_dedup.app.readers import Unreadable, read_text, text_format
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "corpus"
 GPL = CORPUS / "licenses" / "GPL-2.txt"
 MAN2 = Path("/usr/share/man/man2")

@@ -26,7 +26,7 @@ from rag_dedup.app.html import diff_html, histogram_svg, s_curve_svg, scan_page
 from rag_dedup.index import DedupIndex
 from rag_dedup.app.report import Chunk, summarize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "data"
 CORPUS = ROOT / "tests" / "data" / "corpus"
 

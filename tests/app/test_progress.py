@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rag_dedup.app.progress import Phase, phase, track
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_loop_writes_one_line_with_its_count_and_detail_off_a_terminal(capsys):

@@ -30,7 +30,7 @@ from rag_dedup.app.report import (
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
 
 def _paragraph_chunks(folder: str) -> list[Chunk]:

@@ -16,7 +16,7 @@ from rag_dedup.app.retrieval import distinct_count
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "data"
 CORPUS = ROOT / "tests" / "data" / "corpus"
 QUESTIONS = [

@@ -1,8 +1,8 @@
 """The framework-free chunking core (rag_dedup.chunking): its API, as other adapters will use it.
 
-The algorithm's behaviour on real text is tested through SentenceChunker in test_chunking.py; here:
-the core imports no framework, gives the same spans as the LlamaIndex wrapper with the same
-tokenizer, reports each chunk's overlap, validates its settings, pickles, and bounds its memos.
+The algorithm's behaviour on real text is tested through SentenceChunker in
+tests/llama_index/test_chunking.py; here: the core imports no framework, gives the same spans as the
+LlamaIndex wrapper with the same tokenizer, reports each chunk's overlap, validates its settings, pickles, and bounds its memos.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rag_dedup.chunking import Chunk, Chunker, TokenCounts
 from rag_dedup.chunking.memo import BoundedMemo
 from rag_dedup.llama_index.chunking import SentenceChunker
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 TOKENIZER = get_tokenizer()
 
 

@@ -14,7 +14,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # no telemetry cal
 
 pytest.importorskip("haystack", reason='the Haystack adapter needs pip install "rag-dedup[haystack]"')
 
-from adapter_corpus import paragraphs
+from tests.adapter_corpus import paragraphs
 from haystack import Document, Pipeline
 from haystack.components.writers import DocumentWriter
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -130,8 +130,8 @@ def test_missing_extra_names_the_pip_command() -> None:
 
 
 # --- query time and chunking --------------------------------------------------------------------
-from adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
-from corpus import documents as corpus_files  # noqa: E402
+from tests.adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
+from tests.corpus import documents as corpus_files  # noqa: E402
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
 
 from rag_dedup.haystack import DuplicateCollapser, SentenceChunker  # noqa: E402

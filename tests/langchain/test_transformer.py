@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
 
-from adapter_corpus import paragraphs
+from tests.adapter_corpus import paragraphs
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.indexing import InMemoryRecordManager, index
@@ -117,8 +117,8 @@ def test_missing_extra_names_the_pip_command() -> None:
 
 
 # --- query time and chunking --------------------------------------------------------------------
-from adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
-from corpus import documents as corpus_files  # noqa: E402
+from tests.adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
+from tests.corpus import documents as corpus_files  # noqa: E402
 from langchain_classic.retrievers import ContextualCompressionRetriever  # noqa: E402
 from langchain_community.retrievers import BM25Retriever  # noqa: E402
 

@@ -27,7 +27,7 @@ from rag_dedup.chunking import blocks as _blocks
 from rag_dedup.chunking import sentences as _sentences
 from rag_dedup.llama_index.chunking import SentenceChunker
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 TOKENIZER = get_tokenizer()
 
 

@@ -20,7 +20,7 @@ from llama_index.core.utils import get_tokenizer
 
 from rag_dedup.llama_index.chunking import SentenceChunker
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 TOKENIZER = get_tokenizer()
 TEXT = (CORPUS / "licenses" / "GPL-3.txt").read_text(encoding="utf-8")[:20000]
 # A 120-word metadata field (about 150 tokens): real words from the corpus.

@@ -26,7 +26,7 @@ from rag_dedup.chunking import tokens as _tokens
 from rag_dedup.llama_index import _nodes
 from rag_dedup.llama_index.chunking import SentenceChunker
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
 
 @pytest.fixture(scope="module")

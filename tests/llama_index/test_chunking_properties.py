@@ -22,7 +22,7 @@ from rag_dedup.chunking import sentences as _sentences
 from rag_dedup.chunking import CONTINUES, STARTS_BLOCK, STARTS_HEADING, Units, plan_chunks
 from rag_dedup.llama_index.chunking import SentenceChunker
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 TOKENIZER = get_tokenizer()
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -36,7 +36,7 @@ from rag_dedup.shingles import GRAM, SHORT_MIN_TOKENS, SHORT_TOKENS, shingle_has
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix, query_shingles
 from rag_dedup.llama_index.transform import DedupTransform
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
 
 def load_documents() -> list[Document]:

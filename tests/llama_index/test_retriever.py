@@ -22,7 +22,7 @@ from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 from rag_dedup.llama_index.transform import DedupTransform
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
 # Boilerplate that the corpus restates many times (licence grants, warranty disclaimers, notices).
 QUERIES = [

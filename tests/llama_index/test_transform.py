@@ -19,7 +19,7 @@ from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
 from rag_dedup.llama_index.transform import DEFAULT_SETTINGS_FILENAME, DedupTransform, SharedIndexRequired
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 LICENSES = CORPUS / "licenses"
 
 

@@ -28,7 +28,7 @@ from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, STAMP_KEYS
 from rag_dedup.llama_index.transform import DEFAULT_SETTINGS_FILENAME, DedupTransform, TransformStateError
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 LICENSES = CORPUS / "licenses"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from corpus import chunks, edited
+from tests.corpus import chunks, edited
 from rag_dedup import DedupIndex
 from rag_dedup.policy import Member, longest_then_authority
 
@@ -37,7 +37,7 @@ from rag_dedup.spark.__main__ import main as spark_main  # noqa: E402
 from rag_dedup.spark.graph import connected_components  # noqa: E402
 from rag_dedup.spark.kernels import cluster_batches, cluster_component  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = "key string, text string, source string, authority double, first_seen double"
 
 

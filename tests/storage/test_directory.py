@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import chunks, edited
+from tests.corpus import chunks, edited
 
 from rag_dedup import CorruptIndexError, DedupIndex, IndexMismatchError, Member
 from rag_dedup.storage.directory import MANIFEST
@@ -275,8 +275,8 @@ def test_a_crafted_normalization_is_an_index_mismatch(saved) -> None:
 # --- interrupted saves (issue 17 item 11) --------------------------------------------------------
 _KILLED_SAVE = """
 import os, signal, sys
-sys.path.insert(0, {tests!r})
-from corpus import chunks
+sys.path.insert(0, {root!r})
+from tests.corpus import chunks
 from rag_dedup import DedupIndex
 from rag_dedup.storage import directory
 
@@ -300,8 +300,8 @@ def test_killed_saves_leave_the_old_index_and_the_next_save_removes_their_files(
     index, path = saved
     before = sorted(p.name for p in path.iterdir())
     for n in (30, 60, 90):
-        script = _KILLED_SAVE.format(tests=str(Path(__file__).parent), n=n, path=str(path))
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=Path(__file__).parent.parent)
+        script = _KILLED_SAVE.format(root=str(Path(__file__).parents[2]), n=n, path=str(path))
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=Path(__file__).parents[2])
         assert done.returncode == -9, done.stderr.decode()
     left = sorted(p.name for p in path.iterdir())
     assert len(left) == len(before) + 3 * 4  # three data files and the manifest's temporary, per killed save

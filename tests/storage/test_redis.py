@@ -26,7 +26,7 @@ from rag_dedup.storage import redis as redis_module
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
 from rag_dedup.storage.redis import RedisStorage
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
 
 def corpus_items() -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from rag_dedup import (
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.redis import RedisStorage
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 NAMESPACE = "faults"
 
 
