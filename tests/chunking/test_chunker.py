@@ -2,7 +2,8 @@
 
 The algorithm's behaviour on real text is tested through SentenceChunker in
 tests/llama_index/test_chunking.py; here: the core imports no framework, gives the same spans as the
-LlamaIndex wrapper with the same tokenizer, reports each chunk's overlap, validates its settings, pickles, and bounds its memos.
+LlamaIndex wrapper with the same tokenizer, reports each chunk's overlap, validates its settings,
+pickles, and bounds its memos.
 """
 
 from __future__ import annotations
