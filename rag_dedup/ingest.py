@@ -1,11 +1,16 @@
 """The ingest decision shared by every framework adapter: index a batch, stamp it, and say what passes on.
 
-A framework's ingest component (LangChain's document transformer, Haystack's deduplicator) hands this
-module its items as ``(key, text, source, payload)``, the payload being its own document object, and
-gets back a :class:`Decision`: one :class:`Verdict` per item in input order, and the earlier dropped
-items that this call promoted. The adapter only copies each verdict's stamps onto a copy of its payload.
-Nothing is ever deleted: every item with text is added to the :class:`~rag_dedup.index.DedupIndex`,
-passed on or not.
+A framework's ingest component (LlamaIndex's ``DedupTransform``, LangChain's document transformer,
+Haystack's deduplicator) hands this module its items as ``(key, text, source, payload)``, the payload
+being its own document object, and gets back a :class:`Decision`: one :class:`Verdict` per item in input
+order, and the earlier dropped items that this call promoted. The adapter only copies each verdict's
+stamps onto its payload. Nothing is ever deleted: every item with text is added to the
+:class:`~rag_dedup.index.DedupIndex`, passed on or not.
+
+:meth:`Ingestor.run` adds the batch with :meth:`~rag_dedup.index.DedupIndex.add_many`. An adapter that
+writes to the index itself (``DedupTransform`` removes and replaces a re-ingested document's chunks in
+one :meth:`~rag_dedup.index.DedupIndex.update`, with authority and first-seen values) passes the
+resulting matches to :meth:`Ingestor.decide`, which applies the same rules.
 
 The rules, in one place:
 
@@ -15,20 +20,21 @@ The rules, in one place:
   representative's key, or None on the representative, as :class:`~rag_dedup.index.Match` reports them
   after the whole batch.
 * **Tag mode** passes every item on.
-* **Drop mode** passes each passage on once: an item passes only when no member of its cluster was passed
-  before (by this :class:`Ingestor`, in this call or an earlier one). Among a cluster's members that are
-  new in one call, the representative passes if it is one of them, else the first in input order. An
-  item that was passed before passes again when it is submitted again, so the same input always gives
-  the same output (LangChain's indexing API and Haystack's writers rely on that to skip or clean up).
-  The store downstream then holds one copy of each passage, the first copy that reached it; the
-  index's representative (longest text, ...) is what the stamps and reports name.
-* **Promotion.** Clusters change as items arrive and leave: a new text can split a cluster so that a
-  dropped item ends in a cluster with no passed member. After every call (and :meth:`Ingestor.remove`)
-  each such cluster's first dropped member (the representative, else the smallest key) is *promoted*:
-  it is returned in :attr:`Decision.promoted` with its payload, and the adapter passes it on. Nothing a
-  user still has vanishes from the store. (Two passed items that a later merge puts in one cluster
-  both stay passed: the store already holds both.) The payloads of dropped items are kept in this
-  object for that, in memory.
+* **Drop mode** passes each passage on once. Every cluster that holds an item of this call or a dropped
+  item must hold an item passed on (the store downstream then holds its evidence), and it gets exactly
+  one when it has none: its representative if that is in this call or dropped, else the smallest such
+  key. A dropped item chosen so is *promoted*: returned in :attr:`Decision.promoted` with its payload,
+  for the adapter to pass on. Every other item of the call is dropped, and its payload kept in the
+  :class:`Ledger` for a later promotion. So a later, longer copy that becomes the representative is
+  not passed when the store holds an earlier copy (the stamps name the representative; the store
+  keeps the first), and a cluster that a new text split, or whose passed item was removed
+  (:meth:`Ingestor.remove`), gets a dropped member back: nothing a user still has vanishes from the
+  store. Two passed items that a later merge puts in one cluster both stay passed: the store
+  already holds both.
+* **Re-submission.** An item that was passed before passes again when it is submitted again (and then
+  nothing else of its cluster in this call does), so the same input always gives the same output
+  (LangChain's indexing API, Haystack's writers and LlamaIndex's upserts rely on that to skip,
+  clean up or replace).
 * **A key twice in one call** (the same document fed twice): the first occurrence is indexed; a later one
   with the same text gets the same stamps and, in drop mode, does not pass again; with another text it is
   an error naming the key.
@@ -44,13 +50,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from rag_dedup.index import DedupIndex, Match
 
-__all__ = ["Decision", "Ingestor", "Mode", "Verdict"]
+__all__ = ["Decision", "Ingestor", "Ledger", "Mode", "Verdict"]
 
 Mode = Literal["tag", "drop"]
 P = TypeVar("P")
@@ -79,26 +85,39 @@ class Decision(Generic[P]):
         return [v for v in self.verdicts if v.passed] + self.promoted
 
 
+@dataclass(slots=True)
+class Ledger(Generic[P]):
+    """What drop mode remembers between calls: the keys passed on, and the dropped items' payloads.
+
+    ``dropped`` may be any mutable mapping: a ``dict`` in memory (the default), or one that keeps its
+    payloads compactly and persists them (``DedupTransform``'s state does).
+    """
+
+    passed: set[str] = field(default_factory=set)
+    dropped: MutableMapping[str, P] = field(default_factory=dict)
+
+
 class Ingestor(Generic[P]):
     """Index batches of items into one :class:`~rag_dedup.index.DedupIndex` and decide what passes on.
 
     Args:
         index: The index (in memory or shared through Redis).
         mode: ``"tag"`` passes every item on, ``"drop"`` each passage once (see the module docstring).
+        ledger: Where drop mode records what it passed and dropped; default: a new one in memory.
 
-    What this ingestor passed and dropped in drop mode is kept in this object (and lost with it): a
-    second ingestor over the same index knows nothing of it, so give one index one ingestor.
+    What this ingestor passed and dropped in drop mode is kept in its ledger (and lost with it unless
+    the caller saves it): a second ingestor over the same index knows nothing of it, so give one index
+    one ingestor.
     """
 
-    def __init__(self, index: DedupIndex, mode: Mode = "tag") -> None:
+    def __init__(self, index: DedupIndex, mode: Mode = "tag", *, ledger: Ledger[P] | None = None) -> None:
         if not isinstance(index, DedupIndex):
             raise TypeError(f"index must be a DedupIndex, got {type(index).__name__}")
         if mode not in ("tag", "drop"):
             raise ValueError(f'mode must be "tag" or "drop", got {mode!r}')
         self.index = index
         self.mode: Mode = mode
-        self._passed: set[str] = set()
-        self._dropped: dict[str, P] = {}
+        self.ledger: Ledger[P] = ledger if ledger is not None else Ledger()
 
     def run(self, items: Sequence[tuple[str, str | None, str | None, P]]) -> Decision[P]:
         """Add ``items`` (``(key, text, source, payload)``) to the index and decide what passes on.
@@ -119,67 +138,94 @@ class Ingestor(Generic[P]):
             first[key] = i
             batch.append({"key": key, "text": text, "source": source})
         matches = {m.key: m for m in self.index.add_many(batch)} if batch else {}
-        passing = self._passing(list(first), matches) if self.mode == "drop" else set(first)
+        return self.decide([(key, payload) for key, _, _, payload in items], matches)
+
+    def decide(self, items: Sequence[tuple[str, P]], matches: Mapping[str, Match]) -> Decision[P]:
+        """The verdicts on ``items`` (``(key, payload)``, in input order), already in the index.
+
+        ``matches`` holds the :class:`~rag_dedup.index.Match` of every key indexed by this call, as
+        things stand after it; an item whose key is not there (no text) passes on untouched. In drop
+        mode only the first occurrence of a key may pass, and the ledger is updated.
+        """
+        first: dict[str, int] = {}
+        for i, (key, _) in enumerate(items):
+            if key in matches and key not in first:
+                first[key] = i
+        if self.mode == "tag":
+            passing = set(first)
+            promoted: list[Verdict[P]] = []
+        else:
+            payloads = {key: items[i][1] for key, i in first.items()}
+            passing, promoted = self._settle(list(first), payloads, matches)
         verdicts = []
-        for i, (key, _, _, payload) in enumerate(items):
+        for i, (key, payload) in enumerate(items):
             m = matches.get(key)
             if m is None:
                 verdicts.append(Verdict(key, None, None, True, payload))
             else:
-                verdicts.append(Verdict(key, m.cluster_id, m.duplicate_of, first[key] == i and key in passing, payload))
-        if self.mode == "tag":
-            return Decision(verdicts, [])
-        self._passed.update(passing)
-        for key, i in first.items():
-            if key not in passing:
-                self._dropped[key] = items[i][3]
-        return Decision(verdicts, self._promote())
+                passed = key in passing and (self.mode == "tag" or first[key] == i)
+                verdicts.append(Verdict(key, m.cluster_id, m.duplicate_of, passed, payload))
+        return Decision(verdicts, promoted)
 
     def remove(self, keys: Sequence[str]) -> list[Verdict[P]]:
-        """Remove ``keys`` from the index (their documents left the store); return the items promoted."""
+        """Remove ``keys`` from the index (their documents left the store); return the items promoted.
+
+        Keys not in the index are ignored; the others leave it in one
+        :meth:`~rag_dedup.index.DedupIndex.update`.
+        """
         keys = list(keys)
-        removed: set[str] = set()
-        for key, here in zip(keys, self.index.contains_many(keys)):  # one lookup for every key
-            if here and key not in removed:
-                self.index.remove(key)
-                removed.add(key)
-            self._passed.discard(key)
-            self._dropped.pop(key, None)
-        return self._promote()
+        present = list(dict.fromkeys(k for k, here in zip(keys, self.index.contains_many(keys)) if here))  # one lookup
+        if present:
+            self.index.update([], remove=present)
+        self.forget(keys)
+        return self._settle([], {}, {})[1] if self.mode == "drop" else []
 
-    def _held(self) -> set[str]:
-        """The clusters that hold a passed item now (one bulk lookup)."""
-        candidates = sorted(self._passed)
-        passed = [k for k, here in zip(candidates, self.index.contains_many(candidates)) if here]
-        return {m.cluster_id for m in self.index.matches(passed)}
-
-    def _promote(self) -> list[Verdict[P]]:
-        """Dropped items whose cluster now has no passed member: one per such cluster, now passed."""
-        if not self._dropped:
-            return []
-        held = self._held()
-        orphans: dict[str, list[Match]] = {}
-        for m in self.index.matches(sorted(self._dropped)):
-            if m.cluster_id not in held:
-                orphans.setdefault(m.cluster_id, []).append(m)
-        promoted = []
-        for cluster, ms in orphans.items():
-            m = next((x for x in ms if x.key == cluster), ms[0])
-            promoted.append(Verdict(m.key, m.cluster_id, m.duplicate_of, True, self._dropped.pop(m.key)))
-            self._passed.add(m.key)
-        return promoted
-
-    def _passing(self, keys: list[str], matches: dict[str, Match]) -> set[str]:
-        """Drop mode: the keys of this batch that pass on (see the module docstring)."""
-        by_cluster: dict[str, list[str]] = {}
+    def forget(self, keys: Sequence[str]) -> None:
+        """Forget ``keys`` as passed and as dropped (they left the index)."""
+        passed, dropped = self.ledger.passed, self.ledger.dropped
         for key in keys:
-            by_cluster.setdefault(matches[key].cluster_id, []).append(key)
-        held = self._held() if self._passed else set()
-        passing: set[str] = set()
-        for cluster, new in by_cluster.items():
-            again = [k for k in new if k in self._passed]
-            if again:  # a re-submitted item passes again: the same input gives the same output
-                passing.update(again)
-            elif cluster not in held:
-                passing.add(cluster if cluster in new else new[0])
-        return passing
+            passed.discard(key)
+            if key in dropped:  # not pop(): a mapping may rebuild the payload to return it
+                del dropped[key]
+
+    def _settle(
+        self, keys: list[str], payloads: dict[str, P], matches: Mapping[str, Match]
+    ) -> tuple[set[str], list[Verdict[P]]]:
+        """Drop mode: the keys of this call that pass on, and the dropped items promoted (see the module
+        docstring); records both in the ledger, and the other keys of the call as dropped."""
+        ledger, index = self.ledger, self.index
+        again = {k for k in keys if k in ledger.passed}
+        for key in keys:
+            if key in ledger.dropped:  # this call decides it again
+                del ledger.dropped[key]
+        dropped = list(ledger.dropped)
+        gone = [k for k, here in zip(dropped, index.contains_many(dropped)) if not here]
+        self.forget(gone)  # left the index elsewhere
+        dropped = [k for k in dropped if k in ledger.dropped]
+        clusters: dict[str, list[str]] = {}
+        for m in [matches[k] for k in keys] + index.matches(dropped):
+            clusters.setdefault(m.cluster_id, []).append(m.key)
+        cids = sorted(clusters)
+        call = set(keys)
+        chosen: set[str] = set()
+        for cid, found in zip(cids, index.storage.cluster_members(cids)):
+            if any(k in again for k in clusters[cid]):
+                chosen.update(k for k in clusters[cid] if k in again)  # re-submitted: passes again
+                continue
+            members = [cid, *sorted(k for k, _ in found if k != cid)] if found else [cid]
+            if any(k in ledger.passed for k in members):
+                continue
+            pick = next((k for k in members if k in call or k in ledger.dropped), None)
+            if pick is not None:
+                chosen.add(pick)
+        promoted_keys = sorted(chosen - call)
+        promoted = [
+            Verdict(m.key, m.cluster_id, m.duplicate_of, True, ledger.dropped.pop(m.key))
+            for m in index.matches(promoted_keys)
+        ]
+        passing = chosen & call
+        ledger.passed.update(chosen)
+        for key in keys:
+            if key not in passing:
+                ledger.dropped[key] = payloads[key]
+        return passing, promoted

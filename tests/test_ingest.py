@@ -6,7 +6,7 @@ import pytest
 from tests.adapter_corpus import paragraphs
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.ingest import Ingestor
+from rag_dedup.ingest import Ingestor, Ledger
 
 
 def test_stamps_are_the_index_matches_after_the_batch() -> None:
@@ -56,6 +56,34 @@ def test_drop_mode_rerun_gives_the_same_output() -> None:
     again = [v.key for v in ingestor.run(items).passed()]
     assert again == first
     assert len(first) < len(items)
+
+
+def test_drop_mode_choice_does_not_depend_on_input_order() -> None:
+    """Within a call each cluster passes its representative, else its smallest key: a pure function of
+    the members, whatever order the items arrive in."""
+    items = [(k, t, s, None) for k, t, s in paragraphs()][:300]
+    forward = {v.key for v in Ingestor(DedupIndex(), "drop").run(items).passed()}
+    backward = {v.key for v in Ingestor(DedupIndex(), "drop").run(items[::-1]).passed()}
+    assert forward == backward
+    assert len(forward) < len(items)
+
+
+def test_a_ledger_carries_drop_mode_over_to_another_ingestor() -> None:
+    """What was passed and dropped lives in the ledger: an ingestor given it continues where the first
+    left off (DedupTransform persists its ledger this way)."""
+    items = [(k, t, s, k) for k, t, s in paragraphs()][:200]
+    index = DedupIndex()
+    ledger: Ledger[str] = Ledger()
+    passed = {v.key for v in Ingestor(index, "drop", ledger=ledger).run(items).passed()}
+    assert ledger.passed == passed and set(ledger.dropped) == {k for k, *_ in items} - passed
+    again = Ingestor(index, "drop", ledger=ledger).run(items[:50]).passed()
+    assert {v.key for v in again} == passed & {k for k, *_ in items[:50]}
+
+
+def test_tag_mode_passes_every_occurrence_of_a_repeated_key() -> None:
+    (key, text, source), *_ = paragraphs()
+    verdicts = Ingestor(DedupIndex(), "tag").run([(key, text, source, 1), (key, text, source, 2)]).verdicts
+    assert [(v.passed, v.cluster, v.payload) for v in verdicts] == [(True, key, 1), (True, key, 2)]
 
 
 def test_empty_texts_pass_untouched_and_repeated_keys_follow_the_first() -> None:

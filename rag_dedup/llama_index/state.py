@@ -2,9 +2,10 @@
 
 * ``sources``: the documents (``ref_doc_id``) whose chunks the transform put in the index, so that a
   document that left the pipeline's docstore can leave the index too;
-* ``passed`` (``mode="drop"``): the node ids passed on, i.e. the copies the user's stores hold;
-* ``dropped`` (``mode="drop"``): the nodes not passed on, kept so that one can be passed on later
-  (*promoted*) when no copy of its passage is left in the stores;
+* ``ledger`` (``mode="drop"``): the :class:`~rag_dedup.ingest.Ledger` that :class:`~rag_dedup.ingest.Ingestor`
+  keeps: the node ids passed on (the copies the user's stores hold), and the nodes not passed on, kept
+  so that one can be passed on later (*promoted*) when no copy of its passage is left in the stores
+  (the rule is :mod:`rag_dedup.ingest`'s);
 * ``token``: the cache token (see :mod:`rag_dedup.llama_index.transform`).
 
 A dropped node is kept as what promoting it needs, not as a full copy: its id, text, positions,
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from rag_dedup.errors import TransformStateError
+from rag_dedup.ingest import Ledger
 from rag_dedup.llama_index.metadata import STAMP_KEYS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "TransformState"]
@@ -48,15 +50,20 @@ _SOURCE = "1"  # NodeRelationship.SOURCE: the document, the same for every chunk
 
 
 class TransformState:
-    """The sources, passed ids and dropped nodes of one DedupTransform (see the module docstring)."""
+    """The sources, drop-mode ledger and cache token of one DedupTransform (see the module docstring)."""
 
     def __init__(self) -> None:
         self.sources: set[str] = set()
-        self.passed: set[str] = set()
         self.token: str = uuid.uuid4().hex
         self._dropped: dict[str, dict[str, Any]] = {}
         self._shared: list[str] = []  # JSON of each distinct shared part
         self._shared_id: dict[str, int] = {}
+        self.ledger: Ledger[BaseNode] = Ledger(set(), _DroppedNodes(self))
+
+    @property
+    def passed(self) -> set[str]:
+        """The node ids passed on in drop mode."""
+        return self.ledger.passed
 
     def renew_token(self) -> None:
         self.token = uuid.uuid4().hex
@@ -83,23 +90,6 @@ class TransformState:
 
     def dropped_ids(self) -> list[str]:
         return list(self._dropped)
-
-    def is_dropped(self, key: str) -> bool:
-        return key in self._dropped
-
-    def forget(self, keys: Iterable[str]) -> None:
-        """Forget ``keys`` as dropped and as passed (they left the index or are decided again)."""
-        for key in keys:
-            self._dropped.pop(key, None)
-            self.passed.discard(key)
-
-    def take(self, key: str) -> BaseNode:
-        """The dropped node ``key``, rebuilt, and no longer kept as dropped."""
-        return self._rebuild(self._dropped.pop(key))
-
-    def peek(self, key: str) -> BaseNode:
-        """The dropped node ``key``, rebuilt (it stays kept)."""
-        return self._rebuild(self._dropped[key])
 
     def _rebuild(self, record: dict[str, Any]) -> BaseNode:
         own = dict(record)
@@ -167,7 +157,7 @@ class TransformState:
         state = cls()
         state.token = _field(payload, "token", str, where)
         state.sources = set(_strings(payload, "sources", where))
-        state.passed = set(_strings(payload, "passed", where))
+        state.ledger.passed = set(_strings(payload, "passed", where))
         shared = _field(payload, "shared", list, where)
         for i, part in enumerate(shared):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str) or not isinstance(
@@ -195,6 +185,36 @@ class TransformState:
             except (TypeError, ValueError, KeyError) as exc:
                 raise TransformStateError(f"{where!r}: dropped[{i}] ({key!r}) is not a readable node: {exc}") from exc
         return state, payload
+
+
+class _DroppedNodes(MutableMapping[str, BaseNode]):
+    """A state's dropped nodes as the ledger's mapping (node id -> node), kept as compact records.
+
+    Reading a node rebuilds it from its record; membership, iteration and deletion do not.
+    """
+
+    def __init__(self, state: TransformState) -> None:
+        self._state = state
+
+    def __getitem__(self, key: str) -> BaseNode:
+        return self._state._rebuild(self._state._dropped[key])
+
+    def __setitem__(self, key: str, node: BaseNode) -> None:
+        if key != node.node_id:
+            raise ValueError(f"a dropped node is kept under its own id ({node.node_id!r}), not {key!r}")
+        self._state.drop(node)
+
+    def __delitem__(self, key: str) -> None:
+        del self._state._dropped[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state._dropped
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state._dropped)
+
+    def __len__(self) -> int:
+        return len(self._state._dropped)
 
 
 def _pair(info: Any) -> Any:

@@ -18,6 +18,9 @@ store keeps the first). Every dropped node stays in the index and is kept by the
 it takes to pass it on later: whenever a cluster holding a dropped node has no member passed on
 any more (its document was deleted or changed, or the cluster split), one of its dropped nodes is
 *promoted*: it comes out of the call that caused it, or out of :meth:`DedupTransform.delete_ref_doc`.
+A node passed on before passes again when a call brings it again. These rules are
+:mod:`rag_dedup.ingest`'s, which the LangChain and Haystack adapters follow too; the transform keeps
+the ingest ledger in its state (:mod:`rag_dedup.llama_index.state`) and saves it with :meth:`persist`.
 
 How it stays correct inside a real ``IngestionPipeline``:
 
@@ -79,6 +82,7 @@ from pydantic import computed_field
 
 from rag_dedup.errors import SharedIndexRequired, TransformStateError
 from rag_dedup.index import DedupIndex, Match
+from rag_dedup.ingest import Ingestor
 from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
 from rag_dedup.llama_index.state import TransformState
 from rag_dedup.policy import Policy
@@ -251,9 +255,13 @@ class DedupTransform(TransformComponent):
     @property
     def dropped(self) -> dict[str, BaseNode]:
         """The dropped nodes (``mode="drop"``) kept for promotion, by node id (rebuilt copies)."""
-        return {key: self._state.peek(key) for key in self._state.dropped_ids()}
+        return dict(self._state.ledger.dropped)
 
     # -- the transformation --------------------------------------------------------------------------
+
+    def _ingestor(self) -> Ingestor[BaseNode]:
+        """The shared ingest rule (:mod:`rag_dedup.ingest`) over this transform's index, mode and ledger."""
+        return Ingestor(self._index, self.mode, ledger=self._state.ledger)
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Index and stamp the text nodes of ``nodes`` (in place); return what passes on.
@@ -289,7 +297,7 @@ class DedupTransform(TransformComponent):
         state = self._state
         state.sources.difference_update(deleted)
         state.sources.update(batch_sources)
-        state.forget(remove)
+        self._ingestor().forget(remove)
         self._counts["removed"] += len(remove)
         keys = [item["key"] for item in items]
         by_key = dict(zip(keys, matches))
@@ -303,26 +311,19 @@ class DedupTransform(TransformComponent):
                 stamp_node(node, match.cluster_id, match.duplicate_of)
 
         changed = bool(remove) or written > 0
-        if self.mode == "tag":
-            passed = nodes
-        else:
-            before = {k: (k in state.passed, state.is_dropped(k)) for k in keys}
-            state.forget(keys)  # this call decides them again
-            chosen, promoted = self._settle(keys, matches)
-            passed = []
-            for i, (node, text) in enumerate(zip(nodes, texts)):
-                if text is None:
-                    passed.append(node)
-                elif node.node_id in chosen:
-                    if first[node.node_id] == i:
-                        passed.append(node)
-                elif first[node.node_id] == i:
-                    state.drop(node)
-                    counts["dropped"] += 1
-            state.passed.update(k for k in keys if k in chosen)
-            passed.extend(promoted)
-            changed = changed or bool(promoted)
-            changed = changed or any(before[k] != (k in state.passed, state.is_dropped(k)) for k in keys)
+        ledger = state.ledger
+        before = {k: (k in ledger.passed, k in ledger.dropped) for k in keys}
+        decision = self._ingestor().decide([(n.node_id, n) for n, t in zip(nodes, texts) if t is not None], by_key)
+        verdicts = iter(decision.verdicts)
+        passed = [node for node, text in zip(nodes, texts) if text is None or next(verdicts).passed]
+        for v in decision.promoted:
+            stamp_node(v.payload, v.cluster, v.duplicate_of)
+            passed.append(v.payload)
+        counts["promoted"] += len(decision.promoted)
+        if self.mode == "drop":
+            counts["dropped"] += len(keys) - sum(v.passed for v in decision.verdicts)
+        changed = changed or bool(decision.promoted)
+        changed = changed or any(before[k] != (k in ledger.passed, k in ledger.dropped) for k in keys)
         if changed or self._index.shared:
             state.renew_token()
         logger.info(
@@ -368,40 +369,6 @@ class DedupTransform(TransformComponent):
             remove.extend(key for key in index.keys_of_source(doc_id) if key not in first)
         return list(dict.fromkeys(remove))
 
-    def _settle(self, keys: list[str], matches: list[Match]) -> tuple[set[str], list[BaseNode]]:
-        """Drop mode: which of this call's keys pass on, and which dropped nodes are promoted.
-
-        The rule: every cluster that holds a node of this call or a dropped node must hold a node
-        passed on (the stores then hold its evidence). A cluster without one gets one: its
-        representative if that is in this call or dropped, else its first such member in key order.
-        Every other node of the call is dropped.
-        """
-        state, index = self._state, self._index
-        dropped = state.dropped_ids()
-        present = index.storage.get_items(dropped)
-        state.forget(k for k, rec in zip(dropped, present) if rec is None)  # left the index elsewhere
-        dropped = [k for k, rec in zip(dropped, present) if rec is not None]
-        dropped_matches = index.matches(dropped)
-        cids = sorted({m.cluster_id for m in matches} | {m.cluster_id for m in dropped_matches})
-        call = set(keys)
-        chosen: set[str] = set()
-        for cid, found in zip(cids, index.storage.cluster_members(cids)):
-            members = [cid, *sorted(k for k, _ in found if k != cid)] if found else [cid]
-            if any(k in state.passed for k in members):
-                continue
-            pick = next((k for k in members if k in call or state.is_dropped(k)), None)
-            if pick is not None:
-                chosen.add(pick)
-        promoted_keys = sorted(chosen - call)
-        promoted = []
-        for key, match in zip(promoted_keys, index.matches(promoted_keys)):
-            node = state.take(key)
-            stamp_node(node, match.cluster_id, match.duplicate_of)
-            state.passed.add(key)
-            promoted.append(node)
-        self._counts["promoted"] += len(promoted)
-        return chosen & call, promoted
-
     def delete_ref_doc(self, ref_doc_id: str) -> list[BaseNode]:
         """Remove a deleted document's chunks from the index; return the dropped nodes to insert now.
 
@@ -419,14 +386,15 @@ class DedupTransform(TransformComponent):
         if not isinstance(ref_doc_id, str):
             raise TypeError(f"ref_doc_id must be str, got {type(ref_doc_id).__name__}")
         remove = self._index.keys_of_source(ref_doc_id)
-        self._index.update([], remove=remove)
-        self._state.forget(remove)
+        promoted = self._ingestor().remove(remove)
         self._state.sources.discard(ref_doc_id)
         self._counts["removed"] += len(remove)
-        promoted = self._settle([], [])[1] if self.mode == "drop" else []
+        self._counts["promoted"] += len(promoted)
+        for v in promoted:
+            stamp_node(v.payload, v.cluster, v.duplicate_of)
         if remove or self._index.shared:
             self._state.renew_token()
-        return promoted
+        return [v.payload for v in promoted]
 
     def _deleted(self, missing: list[str], in_store: set[str]) -> list[str]:
         """The documents of ``missing`` (indexed, not in the docstore) that were deleted.
@@ -555,8 +523,8 @@ class DedupTransform(TransformComponent):
                 f"{where!r} was saved with another threshold than the index's ({index.threshold})"
             )
         recorded = sorted(state.passed | set(state.dropped_ids()))
-        for key, rec in zip(recorded, index.storage.get_items(recorded)):
-            if rec is None:
+        for key, here in zip(recorded, index.contains_many(recorded)):
+            if not here:
                 raise TransformStateError(
                     f"{where!r} does not match its index: node {key!r} is recorded but not in the index"
                 )

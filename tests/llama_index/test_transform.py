@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 from llama_index.core import Document
 from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
-from llama_index.core.schema import ImageNode, MetadataMode, TextNode
+from llama_index.core.schema import ImageNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
 from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.index import DedupIndex
+from rag_dedup.ingest import Ingestor
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
 from rag_dedup.llama_index.transform import DEFAULT_SETTINGS_FILENAME, DedupTransform, SharedIndexRequired
+from tests.adapter_corpus import paragraphs
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 LICENSES = CORPUS / "licenses"
@@ -86,6 +88,42 @@ def test_drop_mode_passes_representatives_only_and_records_every_node(documents)
     assert all(index.resolve(k) in passed for k in every_key)  # a dropped node names a passed-on one
     assert all(n.metadata[DEDUP_DUPLICATE_OF] is None for n in nodes)
     assert transform.counts["dropped"] == len(index) - len(passed) == len(transform.dropped)
+
+
+def test_drop_mode_decides_as_the_shared_ingest_rule_call_by_call_and_on_deletion():
+    """One rule in one place: the transform's drop decisions are rag_dedup.ingest's, fed the same items
+    (real paragraphs, a few documents a call, then a deletion that promotes dropped copies)."""
+    rows = list(paragraphs())[:400]
+    transform = DedupTransform(mode="drop", replace_documents=False)
+    ingestor: Ingestor[None] = Ingestor(DedupIndex(), "drop")
+    for start in range(0, len(rows), 37):
+        batch = rows[start : start + 37]
+        nodes = [
+            TextNode(text=t, id_=k, relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=s)})
+            for k, t, s in batch
+        ]
+        ours = [n.node_id for n in transform(nodes)]
+        assert ours == [v.key for v in ingestor.run([(k, t, s, None) for k, t, s in batch]).passed()]
+    index, source_of = transform.index, {k: s for k, _, s in rows}
+    dropped = set(transform.dropped)
+    source = next(  # a document holding the passed copy of a passage that another document repeats
+        source_of[k]
+        for k in sorted(ingestor.ledger.passed)
+        if any(m in dropped and source_of[m] != source_of[k] for m in index.members(index.cluster_of(k)))
+    )
+    promoted = [n.node_id for n in transform.delete_ref_doc(source)]
+    assert promoted and promoted == [v.key for v in ingestor.remove([k for k, _, s in rows if s == source])]
+    assert set(transform.dropped) == set(ingestor.ledger.dropped)
+    assert transform.counts["dropped"] > 0
+
+
+def test_drop_mode_called_again_with_the_same_nodes_passes_the_same_nodes(documents):
+    """Re-submission: a node passed before passes again (an upsert replaces it in the stores)."""
+    transform = DedupTransform(mode="drop")
+    nodes = SentenceChunker().get_nodes_from_documents(documents[:20])
+    first = [n.node_id for n in transform(nodes)]
+    assert len(first) < len(nodes)
+    assert [n.node_id for n in transform(SentenceChunker().get_nodes_from_documents(documents[:20]))] == first
 
 
 def test_nodes_without_text_pass_through_unindexed():
