@@ -28,7 +28,7 @@ import numpy as np
 
 from rag_dedup.settings import check_num_perm, check_seed
 
-__all__ = ["EMPTY_VALUE", "SCHEME", "MinHasher", "estimate_jaccard", "reference_signature"]
+__all__ = ["EMPTY_VALUE", "SCHEME", "MinHasher"]
 
 #: The datasketch permutation scheme these signatures follow (stored with every saved index).
 SCHEME = "affine32"
@@ -111,19 +111,3 @@ class MinHasher:
         permuted = np.multiply.outer(self._a, mixed)
         permuted += self._b[:, None]
         return permuted
-
-
-def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
-    """The MinHash estimate of Jaccard similarity: the fraction of equal signature positions."""
-    if sig_a.shape != sig_b.shape:
-        raise ValueError(f"signatures differ in length ({sig_a.shape} vs {sig_b.shape}); were they made with the same num_perm?")
-    return float(np.count_nonzero(sig_a == sig_b)) / len(sig_a)
-
-
-def reference_signature(shingles: np.ndarray, num_perm: int = 128, seed: int = 1) -> np.ndarray:
-    """The signature datasketch itself computes for ``shingles`` (slow; the reference for tests)."""
-    from datasketch import MinHash
-
-    m = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME, hashfunc=int)
-    m.update_batch(shingles.tolist())
-    return np.asarray(m.hashvalues, dtype=np.uint32)

@@ -27,7 +27,6 @@ __all__ = [
     "NUMBERING",
     "SPLIT_SCRIPTS",
     "canonical",
-    "exact_digest",
     "exact_key",
     "gram_text",
     "is_decoration",
@@ -308,11 +307,6 @@ def _fold_whitespace(data: bytes) -> bytes:
     return data.strip(b" \n")
 
 
-def exact_digest(text: str) -> bytes:
-    """The 32-byte SHA-256 digest of ``canonical(text)`` (the compact form of :func:`exact_key`)."""
-    return hashlib.sha256(canonical(text).encode("utf-8")).digest()
-
-
 def exact_key(text: str) -> str:
     """The SHA-256 hex digest of ``canonical(text)``: equal for texts that differ only in form."""
-    return exact_digest(text).hex()
+    return hashlib.sha256(canonical(text).encode("utf-8")).hexdigest()

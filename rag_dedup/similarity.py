@@ -29,8 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_dedup.normalize import token_form
-from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_hashes_many, shingle_stream
+from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
 
 __all__ = [
     "TextSimilarity",
@@ -39,7 +38,6 @@ __all__ = [
     "jaccard_matrix",
     "jaccard_pairs",
     "jaccard_upper_bounds",
-    "query_shingles",
 ]
 
 def jaccard(a: np.ndarray | str, b: np.ndarray | str, ngram: int = DEFAULT_NGRAM) -> float:
@@ -210,21 +208,6 @@ _MAX_PAIRS = 1 << 20
 _BLOCK_COLUMNS = 4096
 # Bit i set: the bit mask of set i, for up to 64 sets (see _shared_counts).
 _BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
-
-
-def _normalize(text: str) -> str:
-    """:func:`~rag_dedup.normalize.token_form`: a form whose shingles equal ``shingle_hashes(text)``.
-
-    It has the words of ``canonical(text)`` (whitespace is left unfolded, the shingling reads words
-    only); for an ASCII text it is a single ``lower()``, several times cheaper than folding whitespace.
-    """
-    return token_form(text)
-
-
-def query_shingles(texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> list[np.ndarray]:
-    """Shingle-hash sets of ``texts``, equal value for value to ``shingle_hashes(text, ngram)``,
-    through the query-time normalisation of :func:`_normalize`."""
-    return shingle_hashes_many([_normalize(t) for t in texts], ngram, canonicalized=True)
 
 
 def jaccard_matrix(sets: Sequence[np.ndarray]) -> np.ndarray:

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import regex
 from tests.corpus import chunks, documents
+from tests.oracles import estimate_jaccard, reference_signature
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_dedup import InvalidTextError, canonical, exact_key, jaccard, shingle_hashes
-from rag_dedup.minhash import EMPTY_VALUE, MinHasher, estimate_jaccard, reference_signature
+from rag_dedup.minhash import EMPTY_VALUE, MinHasher
 from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many
 
 # ---------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ value the chunker sets is already valid (it comes from a validated input node, o
 field's exact type). So one node is constructed without validation and copied per chunk by writing
 pydantic's ``__dict__``, ``__pydantic_fields_set__``, ``__pydantic_extra__`` and
 ``__pydantic_private__`` directly. The names this relies on are checked at import (an ``ImportError``
-naming what is missing), and ``tests/chunking/test_internals.py`` holds the nodes built here equal
-to ``TextNode(**node.model_dump())`` and to their JSON round trip, so a pydantic or LlamaIndex
-upgrade that changes them fails loudly.
+naming what is missing), and ``tests/llama_index/test_chunking.py`` holds the nodes built here equal
+to ``TextNode(**node.model_dump())`` and to their JSON round trip (``tests/llama_index/test_nodes.py``
+tests the door itself), so a pydantic or LlamaIndex upgrade that changes them fails loudly.
 
 LlamaIndex's ``NodeParser._postprocess_parsed_nodes`` is the hook ``SentenceChunker`` overrides (the
 base class would re-derive offsets with ``str.find``); :data:`POSTPROCESS_HOOK` names it and the

@@ -92,11 +92,10 @@ class SentenceChunker(MetadataAwareTextSplitter):
         chunk_overlap: maximum tokens repeated from the previous chunk; below ``chunk_size``.
         chunk_target: the mean tokens per chunk to aim for in running text, overlap included (at
             most ``chunk_size``, which stays the maximum); default ``7 * chunk_size // 16`` (112 at
-            256: chunks inside paragraphs then average about 104 tokens, all chunks of real
-            documents fewer, about 80, as headings and short blocks make small chunks). Smaller finds more
+            256; headings and short blocks make chunks smaller than the target). Smaller finds more
             passages spliced into running text, where no paragraph break marks them (such a passage
             is found only if it holds a whole chunk of each copy), at the price of more chunks: the
-            README's "Chunk boundaries that follow the text" has the curve.
+            README's "Chunk boundaries that follow the text" has the measured sizes and the curve.
         language: punkt model (a directory of ``tokenizers/punkt_tab``).
         metadata_aware: count each document's metadata string in ``chunk_size`` (default True, as
             SentenceSplitter does).

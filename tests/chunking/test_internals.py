@@ -1,8 +1,9 @@
-"""The doors to third-party internals: each fails loudly when an upgrade removes what it relies on.
+"""The chunking core's doors to third-party internals: each fails loudly when an upgrade removes what it
+relies on.
 
-nltk punkt's private names (rag_dedup.chunking._punkt_internals), tiktoken's ``_core_bpe``
-(rag_dedup.chunking._tiktoken_internals), and pydantic / LlamaIndex internals for building nodes
-(rag_dedup.llama_index._nodes). Each test fails on an installation where the door no longer opens.
+nltk punkt's private names (rag_dedup.chunking._punkt_internals) and tiktoken's ``_core_bpe``
+(rag_dedup.chunking._tiktoken_internals); LlamaIndex's door (rag_dedup.llama_index._nodes) is tested in
+tests/llama_index/test_nodes.py. Each test fails on an installation where the door no longer opens.
 """
 
 from __future__ import annotations
@@ -10,15 +11,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from llama_index.core import Document
-from llama_index.core.node_parser.interface import NodeParser
 from llama_index.core.utils import get_tokenizer
 from nltk.tokenize import punkt
 
 from rag_dedup.chunking import _punkt_internals, _tiktoken_internals
 from rag_dedup.chunking.sentences import Punkt, punkt_params
-from rag_dedup.llama_index import _nodes
-from rag_dedup.llama_index.chunking import SentenceChunker
 
 
 def test_the_punkt_door_opens_on_the_installed_nltk() -> None:
@@ -54,31 +51,3 @@ def test_tiktoken_door_falls_back_to_the_public_method() -> None:
             return [len(text)]
 
     assert _tiktoken_internals.core_encode_ordinary(Renamed())("abc") == [3]
-
-
-def test_the_node_door_names_what_an_upgrade_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(NodeParser, _nodes.POSTPROCESS_HOOK)
-    with pytest.raises(ImportError, match=r"NodeParser._postprocess_parsed_nodes"):
-        _nodes._check()
-
-
-def test_the_postprocess_hook_is_the_one_get_nodes_from_documents_calls() -> None:
-    """If LlamaIndex stopped calling the hook SentenceChunker overrides, its own pass would re-find
-    each chunk with str.find and put a repeated paragraph's second copy at the first one's offset."""
-    paragraph = "The same paragraph appears twice in this document. It has two sentences."
-    text = "\n\n".join([paragraph, "Something else in between, long enough to be its own chunk.", paragraph])
-    calls: list[int] = []
-    original = SentenceChunker._postprocess_parsed_nodes
-
-    def spy(self: SentenceChunker, nodes: list, parent_doc_map: dict) -> list:
-        calls.append(len(nodes))
-        return original(self, nodes, parent_doc_map)
-
-    chunker = SentenceChunker(chunk_size=24, chunk_overlap=4)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(SentenceChunker, _nodes.POSTPROCESS_HOOK, spy)
-        nodes = chunker.get_nodes_from_documents([Document(text=text, id_="d")])
-    assert calls == [len(nodes)]
-    assert [text[n.start_char_idx : n.end_char_idx] for n in nodes] == [n.text for n in nodes]
-    copies = [n.start_char_idx for n in nodes if n.text.startswith("The same paragraph")]
-    assert copies == [0, text.rindex(paragraph)]

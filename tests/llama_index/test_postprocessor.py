@@ -33,7 +33,7 @@ from rag_dedup.normalize import canonical, gram_text, shingle_tokens
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import GRAM, SHORT_MIN_TOKENS, SHORT_TOKENS, shingle_hashes, shingle_stream
-from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix, query_shingles
+from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix
 from rag_dedup.llama_index.transform import DedupTransform
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
@@ -325,17 +325,6 @@ def test_merge_overlaps_refuses_windows_whose_positions_do_not_match_their_text(
 # --- the fast text path equals the reference ----------------------------------------------------
 
 WHITESPACE = st.sampled_from([" ", "  ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\n\n\n", " \n "])
-WORD = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(WORD, WHITESPACE), max_size=40), st.sampled_from([1, 3, 5]))
-def test_query_shingles_equal_shingle_hashes_value_for_value(parts, ngram):
-    text = "".join(w + s for w, s in parts)
-    non_ascii = "Ünïcode\u00a0spaces\u200bhere " + text
-    for t in (text, non_ascii):
-        (fast,) = query_shingles([t], ngram)
-        assert np.array_equal(fast, shingle_hashes(t, ngram))
 
 
 @settings(max_examples=60, deadline=None)
@@ -384,7 +373,7 @@ def test_jaccard_matrix_tells_apart_values_that_share_their_low_32_bits():
 
 
 def test_jaccard_matrix_on_real_chunks_is_symmetric_with_unit_diagonal(chunks):
-    sets = query_shingles([n.text for n in chunks[:50]])
+    sets = [shingle_hashes(n.text) for n in chunks[:50]]
     m = jaccard_matrix(sets)
     assert np.array_equal(m, m.T)
     assert np.all(np.diag(m) == 1.0)
