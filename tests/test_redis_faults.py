@@ -116,7 +116,7 @@ def _kill_before(storage: RedisStorage, server: Any, method: str) -> None:
     ("method", "message"),
     [
         pytest.param("find_groups", "nothing of it was recorded", id="killed-at-the-first-read"),
-        pytest.param("query_bands", "nothing of it was recorded", id="killed-at-the-candidate-lookup"),
+        pytest.param("query_band_pairs", "nothing of it was recorded", id="killed-at-the-candidate-lookup"),
         pytest.param("set_clusters", "nothing of it was recorded", id="killed-at-the-last-write"),
     ],
 )
@@ -440,8 +440,10 @@ def _first_digest(client: redis.Redis) -> bytes:
     return packed[1 : 1 + packed[0]]
 
 
-def _a_bucket(client: redis.Redis) -> bytes:
-    return next(iter(client.scan_iter(match=f"{NAMESPACE}:bucket:*")))
+def _a_bucket(client: redis.Redis) -> tuple[bytes, bytes]:
+    """(hash, field) of a stored LSH bucket."""
+    key = next(iter(client.scan_iter(match=f"{NAMESPACE}:buckets:*")))
+    return key, next(iter(client.hkeys(key)))
 
 
 HOSTILE = [
@@ -453,7 +455,7 @@ HOSTILE = [
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:cluster-of", FIRST[0]["key"], b'["x", "0.9"]'), r":cluster-of\[.*similarity is not a finite number", id="cluster-entry"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b""), r":groups\[0\] holds b''", id="group-empty"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b"\x10abc"), r":groups\[0\]", id="group-short"),
-    pytest.param(lambda c: c.sadd(_a_bucket(c), b"12abc"), r"<band key> holds b'12abc'", id="bucket-member"),
+    pytest.param(lambda c: c.hset(*_a_bucket(c), b"12abc"), r":buckets:<band key> holds .*not whole '<u4' group ids", id="bucket-member"),
     pytest.param(lambda c: c.set(f"{NAMESPACE}:next-group-id", b"many"), r":next-group-id cannot be read", id="counter-not-int"),
     pytest.param(lambda c: (c.delete(f"{NAMESPACE}:items"), c.set(f"{NAMESPACE}:items", b"x")), r":items cannot be read", id="wrong-type"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:digests", _first_digest(c), b" 7"), r":digests\[.*\] holds b' 7'", id="digest-id-spaces"),

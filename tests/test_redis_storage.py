@@ -227,6 +227,23 @@ def test_a_batch_costs_a_few_round_trips_not_one_per_chunk_or_band(redis_url, na
     assert index.storage.round_trips - before < 100
 
 
+def test_buckets_are_fields_of_a_few_thousand_hashes_not_a_key_each(redis_url, namespace):
+    """Regression guard: a Redis key per LSH bucket (21 a chunk, ~100 bytes each) made the index cost
+    3.6 KB a chunk; as fields of 4,096 hashes a bucket costs ~20 bytes."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(ITEMS[:1000])
+    names = [k.decode() for k in _namespace_keys(redis_url, namespace)]
+    buckets = [k for k in names if k.startswith(f"{namespace}:buckets:")]
+    assert buckets and all(re.fullmatch(rf"{namespace}:buckets:[0-9a-f]{{3}}", k) for k in buckets)
+    client = redis.Redis.from_url(redis_url)
+    fields = sum(client.hlen(k) for k in buckets)
+    groups = client.hlen(f"{namespace}:groups")
+    client.close()
+    assert fields >= 10 * groups  # the buckets of 21 bands a group (near-duplicates share some),
+    assert fields >= 4 * len(buckets)  # several to a hash,
+    assert len(names) - len(buckets) < 2 * 1000  # and the other keys are one per group and source at most
+
+
 # --- atomic batches ------------------------------------------------------------------------------
 
 

@@ -12,7 +12,8 @@ Key layout 2 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
     ns:digests               hash    canonical-text digest -> group id (decimal)
     ns:groups                hash    group id -> 1-byte digest length + digest + shingles as '<u4'
     ns:group-items:<gid>     set     the item keys of a group
-    ns:bucket:<16 hex>       set     an LSH bucket: the ids of the groups filed under that band key
+    ns:buckets:<3 hex>       hash    the LSH buckets whose band keys start with those 3 hex digits:
+                                     the other 13 hex digits -> the bucket's group ids as '<u4'
     ns:component-of          hash    group id -> component id (only components of two or more groups)
     ns:component:<cid>       string  the component's sorted group ids as '<i8' (cid: a hash of them)
     ns:cluster-of            hash    item key -> JSON [representative, similarity] (clusters of 2+ items)
@@ -61,7 +62,7 @@ class Layout:
         self.meta = p + b"meta"
         self.lock = p + b"lock"
         self.counter = p + b"next-group-id"
-        self.bucket_prefix = p + b"bucket:"
+        self.bucket_prefix = p + b"buckets:"
         self.component_prefix = p + b"component:"
         #: The hash of each value table (COMPONENTS: group id -> component id).
         self.hashes = {
@@ -80,8 +81,15 @@ class Layout:
         """The key of one set: a source's item keys or a group's."""
         return self._set_prefixes[table] + (enc(owner) if table is Table.SOURCES else b"%d" % owner)
 
-    def bucket(self, band_key: int) -> bytes:
-        return self.bucket_prefix + b"%016x" % band_key
+    def bucket(self, band_key: int) -> tuple[bytes, bytes]:
+        """(hash, field) of the bucket of ``band_key``.
+
+        Buckets are fields of 4,096 hashes, not a key each: a top-level key costs ~100 bytes of server
+        memory, a field of a small hash (Redis keeps it as a compact listpack) ~20. With 21 bands,
+        20k chunks make ~100 fields a hash.
+        """
+        name = b"%016x" % band_key
+        return self.bucket_prefix + name[:3], name[3:]
 
     def component(self, cid: bytes) -> bytes:
         return self.component_prefix + cid

@@ -421,8 +421,8 @@ class Overlay:
                     np.array([g for _, g in unfiled], dtype=np.uint64),
                 )
                 for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
-                    for blob in scripts.pair_blobs(keys, gids):
-                        pipe.eval(script, 0, bucket_prefix, blob)
+                    for hexes, raw in scripts.pair_blobs(keys, gids):
+                        pipe.eval(script, 0, bucket_prefix, hexes, raw)
                 for key, value in batch.strings.items():
                     if value is None:
                         pipe.delete(key)

@@ -8,7 +8,6 @@ pipelined round trip at most) or a write into it; values are encoded and decoded
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -19,7 +18,7 @@ from rag_dedup.errors import CorruptIndexError
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 from rag_dedup.storage.redis import connection, keys, scripts
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
-from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, ID, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
+from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
 from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
 
@@ -345,55 +344,69 @@ class RedisStorage(Bookkeeping):
         self._overlay.open_batch().unfile(gid, np.asarray(band_keys, dtype=np.uint64).reshape(-1).tolist())
 
     def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
+        rows, gids = self.query_band_pairs(band_keys)
+        out: list[set[int]] = [set() for _ in range(len(band_keys))]
+        for row, gid in zip(rows.tolist(), gids.tolist()):
+            out[row].add(gid)
+        return out
+
+    def query_band_pairs(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.ascontiguousarray(band_keys, dtype=np.uint64)
         if rows.ndim != 2:
             raise ValueError(f"band_keys must be an (n, b) array, got shape {rows.shape}")
         n, b = rows.shape
         batch = self._overlay.batch
-        flat = rows.reshape(-1).tolist()
-        stored: list[set[int]] = [set() for _ in range(n)]
+        row_parts: list[np.ndarray] = []
+        gid_parts: list[np.ndarray] = []
         if n and b and (batch is None or not batch.dropped):
             # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
-            # removals; every other row is one union on the server.
+            # removals; every other row comes back as the concatenation of its buckets.
             rems = batch.unfiled if batch is not None else {}
+            flat = rows.reshape(-1).tolist() if rems else []
             apart = [i for i in range(n) if rems and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
-            together = sorted(set(range(n)) - set(apart)) if apart else list(range(n))
+            together = np.setdiff1d(np.arange(n), apart) if apart else np.arange(n)
             per_call = max(1, CHUNK // b)
             parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
-            singles = [k for i in apart for k in flat[i * b : (i + 1) * b]]
+            singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
             prefix = self.keys.bucket_prefix
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_UNIONS, 0, prefix, scripts.row_blob(rows[part]), b)
-                for k in singles:
-                    p.smembers(self.keys.bucket(k))
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b, 0)
+                if len(singles):
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1, 1)
 
             replies = self._overlay.pipeline(build)
-            ids = functools.partial(self._bucket_ids, prefix)
             for part, reply in zip(parts, replies):
-                for i, members in zip(part, reply):
-                    stored[i] = ids(members)
-            single = iter(replies[len(parts) :])
-            for i in apart:
-                for k in flat[i * b : (i + 1) * b]:
-                    stored[i].update(ids(next(single)) - rems.get(k, set()))
+                found = self._bucket_ids(reply)
+                row_parts.append(np.repeat(part, [len(v) >> 2 for v in reply]))
+                gid_parts.append(found)
+            if len(singles):
+                values = replies[len(parts)]
+                for j, (k, value) in enumerate(zip(singles.tolist(), values)):
+                    found = self._bucket_ids([value])
+                    gone = rems.get(k)
+                    if gone:
+                        found = found[~np.isin(found, np.fromiter(gone, dtype=np.int64, count=len(gone)))]
+                    row_parts.append(np.full(len(found), apart[j // b], dtype=np.int64))
+                    gid_parts.append(found)
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
-            for i in range(n):
-                for k in flat[i * b : (i + 1) * b]:
-                    filed = adds.get(k)
-                    if filed:
-                        stored[i] |= filed
-        return stored
+            hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
+            row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
+            gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
+        if not row_parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        # Group ids are uint32: (row, gid) packs into one int64 that sorts the same way.
+        pairs = np.unique((np.concatenate(row_parts).astype(np.int64) << 32) | np.concatenate(gid_parts).astype(np.int64))
+        return pairs >> 32, pairs & 0xFFFFFFFF
 
-    def _bucket_ids(self, prefix: bytes, members: Sequence[bytes]) -> set[int]:
-        """The group ids of a bucket (or of a union of buckets) read back."""
-        try:
-            return {keys.decode_id(m) for m in members}
-        except ValueError as exc:
-            bad = next(m for m in members if not ID.fullmatch(m))
-            raise self._overlay.corrupt(prefix + b"<band key>", bad, exc) from None
+    def _bucket_ids(self, values: Sequence[bytes]) -> np.ndarray:
+        """The group ids of buckets (or of rows of buckets) read back, as one int64 array."""
+        for v in values:
+            if len(v) % 4:
+                raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", v, ValueError("not whole '<u4' group ids"))
+        return np.frombuffer(b"".join(values), dtype="<u4").astype(np.int64)
 
     # --- components: group id -> component id -> packed members --------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
