@@ -1,44 +1,49 @@
-"""DedupIndex on Redis: add_many throughput against the in-memory index, two worker processes against
-one, and network round trips per added chunk, side by side in one run.
+"""DedupIndex on Redis, this tree beside a named baseline commit, in one run: add_many throughput
+(in memory, one Redis process, two Redis processes), round trips per chunk, time the write lock was
+held, Redis memory per chunk, and whether the clusters equal the in-memory index's.
 
-Run: ``python benchmarks/bench_redis.py [--chunks 20000] [--url redis://host:port/db]``
+Run: ``python benchmarks/bench_redis.py [--chunks 20000] [--baseline REV] [--url redis://host:port/db]``
 
-Without ``--url`` the benchmark starts its own ``redis-server`` (Debian package ``redis-server``) on a
-free loopback port, without persistence, and stops it at the end. The text is real: chunks of the
-documentation found on this machine, 20% of them planted near-duplicates (``realtext.planted_chunks``),
-in a fixed shuffled order.
+The baseline is a commit of this repository (default: the merge base of ``HEAD`` and ``main``),
+exported with ``git archive`` to a temporary directory; each tree is measured in a fresh process of
+its own, one after the other, on the same chunks and the same server. Without ``--url`` the benchmark
+starts its own ``redis-server`` (Debian package ``redis-server``) on a free loopback port, without
+persistence, and stops it at the end. The text is real: chunks of the documentation found on this
+machine, 20% of them planted near-duplicates (``realtext.planted_chunks``), in a fixed shuffled order.
 
-Configurations, each on the same chunks and (for Redis) a fresh namespace:
+Configurations, for each tree, on the same chunks and (for Redis) a fresh namespace:
 
-1. in memory, one process: ``DedupIndex().add_many(chunks)`` (the baseline);
+1. in memory, one process: ``DedupIndex().add_many(chunks)``;
 2. Redis, one process: the same call on ``DedupIndex(storage=url)``;
 3. Redis, two processes: two spawned workers, each adding every other chunk with ``add_many`` at the
    same time into the same namespace (timed from a common start signal, after imports, to the last
    worker's end). The final clusters are checked against the in-memory index.
 
-A batch is hashed outside the lock and written under it, so two workers overlap their hashing while
-their storage writes take turns. On a 2-core machine the server, the two workers and anything else
-running share two cores: read the ratios, not the absolute numbers.
+"Memory per chunk" is the growth of the server's ``used_memory`` over configuration 2, divided by the
+chunks. "Lock held" is the time one process spent inside the storage's write lock (what the second
+worker cannot overlap). On a 2-core machine the server, the two workers and anything else running
+share two cores: read the ratios, not the absolute numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import multiprocessing
 import random
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from realtext import planted_chunks
-
-from rag_dedup import DedupIndex
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 
 
 def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -67,11 +72,21 @@ def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def partition(index: DedupIndex, keys: list[str]) -> list[tuple[str, str, float]]:
+def export_tree(rev: str, directory: Path) -> Path:
+    """The package of commit ``rev``, extracted under ``directory`` (``git archive``)."""
+    archive = directory / "baseline.tar"
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, "rag_dedup"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(directory / "baseline", filter="data")
+    return directory / "baseline"
+
+
+# --- one tree, measured in its own process (--child) ---------------------------------------------------
+def partition(index: Any, keys: list[str]) -> list[tuple[str, str, float]]:
     return [(m.key, m.representative, m.similarity) for m in index.matches(keys)]
 
 
-def worker(index: DedupIndex, items: list[tuple[str, str]], ready: Any, start: Any, results: Any) -> None:
+def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, results: Any) -> None:
     """One ingestion worker: signal readiness, wait for the start, add, report (end time, round trips)."""
     ready.set()
     start.wait()
@@ -80,8 +95,10 @@ def worker(index: DedupIndex, items: list[tuple[str, str]], ready: Any, start: A
     results.put((time.monotonic(), index.storage.round_trips - before, index.storage.lock_wait_seconds))
 
 
-def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) -> tuple[float, int, float, DedupIndex]:
+def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) -> tuple[float, int, float, Any]:
     """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace."""
+    from rag_dedup import DedupIndex
+
     index = DedupIndex(storage=url, namespace=namespace)
     index.drop()
     ctx = multiprocessing.get_context("spawn")
@@ -102,68 +119,136 @@ def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) 
     return max(r[0] for r in reports) - t0, sum(r[1] for r in reports), sum(r[2] for r in reports), index
 
 
+def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
+    """Every figure of one tree (the one ``rag_dedup`` is imported from)."""
+    import redis
+
+    from rag_dedup import DedupIndex
+
+    sys.path.insert(0, str(HERE))
+    from realtext import planted_chunks
+
+    items, _, _ = planted_chunks(chunks)
+    random.Random(1).shuffle(items)
+    keys = [k for k, _ in items]
+    client = redis.Redis.from_url(url)
+
+    memory = DedupIndex()
+    t0 = time.perf_counter()
+    memory.add_many(items)
+    t_mem = time.perf_counter() - t0
+    expected = partition(memory, keys)
+
+    one = DedupIndex(storage=url, namespace=f"bench-redis-{tag}-1")
+    one.drop()
+    held = [0.0]
+    storage_type = type(one.storage)
+    plain_lock = storage_type.lock
+
+    @contextlib.contextmanager
+    def timed_lock(self: Any) -> Any:
+        started = time.perf_counter()
+        outermost = not getattr(self, "_bench_inside", False)
+        self._bench_inside = True
+        try:
+            with plain_lock(self):
+                yield
+        finally:
+            if outermost:
+                self._bench_inside = False
+                held[0] += time.perf_counter() - started
+
+    storage_type.lock = timed_lock  # type: ignore[method-assign]
+    used = client.info("memory")["used_memory"]
+    before = one.storage.round_trips
+    t0 = time.perf_counter()
+    one.add_many(items)
+    t_one = time.perf_counter() - t0
+    storage_type.lock = plain_lock  # type: ignore[method-assign]
+    rt_one = one.storage.round_trips - before
+    per_chunk = (client.info("memory")["used_memory"] - used) / len(items)
+    same_one = partition(one, keys) == expected
+    one.drop()
+
+    t_two, rt_two, waited, two = run_workers(url, f"bench-redis-{tag}-2", items, 2)
+    same_two = partition(two, keys) == expected
+    two.drop()
+    client.close()
+    return {
+        "chunks": len(items),
+        "t_mem": t_mem,
+        "t_one": t_one,
+        "t_two": t_two,
+        "held": held[0],
+        "waited": waited,
+        "rt_one": rt_one,
+        "rt_two": rt_two,
+        "bytes": per_chunk,
+        "same_one": same_one,
+        "same_two": same_two,
+    }
+
+
+def run_child(package: Path, url: str, chunks: int, tag: str) -> dict[str, Any]:
+    code = (
+        f"import sys; sys.path.insert(0, {str(package)!r}); sys.path.insert(1, {str(HERE)!r}); "
+        f"import json, bench_redis, rag_dedup; "
+        f"assert rag_dedup.__file__.startswith({str(package)!r}), rag_dedup.__file__; "
+        f"print(json.dumps(bench_redis.measure({url!r}, {chunks}, {tag!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(package))
+    if out.returncode != 0:
+        sys.exit(f"measuring {package} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=20_000, help="chunks to add (default 20000)")
-    parser.add_argument("--url", help="an existing Redis server to use (a namespace of it is dropped)")
+    parser.add_argument("--baseline", default=None, help="the baseline commit (default: git merge-base HEAD main)")
+    parser.add_argument("--url", help="an existing Redis server to use (namespaces bench-redis-* of it are dropped)")
     args = parser.parse_args()
-
-    items, planted, origin = planted_chunks(args.chunks)
-    random.Random(1).shuffle(items)
-    keys = [k for k, _ in items]
-    print(f"bench_redis: {len(items):,} chunks of ~180 words, {len(planted):,} planted near-duplicates; text: {origin}")
+    rev = args.baseline or subprocess.run(
+        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
 
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = (None, args.url) if args.url else start_server(tmp)
         try:
             import redis
 
-            client = redis.Redis.from_url(url)
-            info = client.info("server")
+            info = redis.Redis.from_url(url).info("server")
+            print(f"bench_redis: {args.chunks:,} chunks of ~180 words, 20% planted near-duplicates")
             print(f"server: redis {info['redis_version']} at {url.split('@')[-1]}" + ("" if args.url else " (private, loopback, no persistence)"))
-
-            memory = DedupIndex()
-            t0 = time.perf_counter()
-            memory.add_many(items)
-            t_mem = time.perf_counter() - t0
-            expected = partition(memory, keys)
-
-            one = DedupIndex(storage=url, namespace="bench-redis-1")
-            one.drop()
-            used = client.info("memory")["used_memory"]
-            before = one.storage.round_trips
-            t0 = time.perf_counter()
-            one.add_many(items)
-            t_one = time.perf_counter() - t0
-            rt_one = one.storage.round_trips - before
-            per_chunk = (client.info("memory")["used_memory"] - used) / len(items)
-            same_one = partition(one, keys) == expected
-
-            t_two, rt_two, waited, two = run_workers(url, "bench-redis-2", items, 2)
-            same_two = partition(two, keys) == expected
-
-            n = len(items)
-
-            def line(name: str, seconds: float, note: str) -> str:
-                return f"  {name:<34} {seconds:7.2f} s  {n / seconds:9,.0f} chunks/s  {note}"
-
-            print("add_many, same chunks:")
-            print(line("in memory, 1 process", t_mem, "(baseline)"))
-            print(line("Redis, 1 process", t_one, f"{t_mem / t_one:.2f}x memory"))
-            print(line("Redis, 2 processes (interleaved)", t_two, f"{t_one / t_two:.2f}x one Redis process, {t_mem / t_two:.2f}x memory"))
-            print(f"  (the two workers waited {waited:.2f} s in all for each other's write lock)")
-            print("round trips per added chunk:")
-            print(f"  Redis, 1 process                   {rt_one / n:.4f}  ({rt_one:,} round trips for {n:,} chunks)")
-            print(f"  Redis, 2 processes                 {rt_two / n:.4f}  ({rt_two:,} round trips for {n:,} chunks)")
-            print(f"Redis memory per indexed chunk (used_memory growth): {per_chunk:,.0f} bytes")
-            print(f"same clusters, representatives and similarities as in memory: 1 process {same_one}, 2 processes {same_two}")
-            one.drop()
-            two.drop()
-            client.close()
+            base = run_child(export_tree(rev, Path(tmp)), url, args.chunks, "base")
+            this = run_child(REPO, url, args.chunks, "this")
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait()
+
+    n = this["chunks"]
+    rows = [
+        ("add_many in memory, 1 process (chunks/s)", n / base["t_mem"], n / this["t_mem"], "{:,.0f}"),
+        ("add_many on Redis, 1 process (chunks/s)", n / base["t_one"], n / this["t_one"], "{:,.0f}"),
+        ("add_many on Redis, 2 processes (chunks/s)", n / base["t_two"], n / this["t_two"], "{:,.0f}"),
+        ("2 processes / 1 process (goal >= 1.6)", base["t_one"] / base["t_two"], this["t_one"] / this["t_two"], "{:.2f}x"),
+        ("1 Redis process / memory", base["t_mem"] / base["t_one"], this["t_mem"] / this["t_one"], "{:.2f}x"),
+        ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
+        ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
+        ("round trips per chunk, 1 process", base["rt_one"] / n, this["rt_one"] / n, "{:.4f}"),
+        ("round trips per chunk, 2 processes", base["rt_two"] / n, this["rt_two"] / n, "{:.4f}"),
+        ("Redis memory per chunk, used_memory (goal <= 2048 B)", base["bytes"], this["bytes"], "{:,.0f} B"),
+    ]
+    print(f"{'figure':<55} {'baseline ' + rev:>18} {'this tree':>14} {'this / baseline':>16}")
+    for name, b, t, fmt in rows:
+        print(f"{name:<55} {fmt.format(b):>18} {fmt.format(t):>14} {t / b if b else float('nan'):>15.2f}x")
+    print(
+        "same clusters, representatives and similarities as in memory: "
+        f"baseline 1 process {base['same_one']}, 2 processes {base['same_two']}; "
+        f"this tree 1 process {this['same_one']}, 2 processes {this['same_two']}"
+    )
 
 
 if __name__ == "__main__":

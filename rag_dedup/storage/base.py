@@ -15,6 +15,11 @@ shared by many workers:
 
 Every method works on a batch, so that a remote backend can answer in one round trip.
 :meth:`Storage.lock` serialises writers where several processes share a store.
+
+What each method must keep consistent (an item filed under its group and source, a group's parts,
+components, clusters) is written once, in :class:`~rag_dedup.storage.bookkeeping.Bookkeeping`; the
+shipped backends derive from it and implement only primitive batch operations on its tables. A
+backend of your own may do the same, or implement this interface directly.
 """
 
 from __future__ import annotations

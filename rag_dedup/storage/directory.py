@@ -41,7 +41,7 @@ import numpy as np
 
 from rag_dedup.errors import CorruptIndexError, InvalidTextError
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
-from rag_dedup.storage.memory import MemoryStorage
+from rag_dedup.storage.memory import MemoryStorage, Snapshot
 from rag_dedup.surrogates import check_unicode
 
 __all__ = ["MANIFEST", "load_directory", "save_directory"]
@@ -73,14 +73,11 @@ def save_directory(path: str | os.PathLike[str], meta: dict[str, Any], storage: 
     gen = secrets.token_hex(4)
     files: dict[str, dict[str, Any]] = {}
 
-    live = [g for g, d in enumerate(storage.digests) if d is not None]
-    compact = np.full(len(storage.digests) + 1, EMPTY_GROUP, dtype=np.int64)  # index -1 stays -1
-    compact[live] = np.arange(len(live))
-    keys = list(storage.items)
-    recs = [storage.items[k] for k in keys]
+    snap = storage.export()
+    recs = list(snap.items.values())
     items = {
-        "keys": keys,
-        "gid": compact[[r.gid for r in recs]].tolist() if recs else [],
+        "keys": list(snap.items),
+        "gid": [r.gid for r in recs],
         "length": [r.length for r in recs],
         "source": [r.source for r in recs],
         "authority": [r.authority for r in recs],
@@ -88,28 +85,26 @@ def save_directory(path: str | os.PathLike[str], meta: dict[str, Any], storage: 
     }
     _write(root, f"items-{gen}.json", json.dumps(items, ensure_ascii=False).encode("utf-8"), files, "items")
 
-    shingles = [np.frombuffer(storage.shingles[g] or b"", dtype=np.uint32) for g in live]
-    lengths = np.array([len(s) for s in shingles], dtype=np.int64)
-    band_keys, band_gids = storage.bands.export()
+    n = len(snap.digests)
+    lengths = np.array([len(s) for s in snap.shingles], dtype=np.int64)
     arrays = {
-        "gids": np.arange(len(live), dtype=np.int64),
-        "digests": np.frombuffer(b"".join(storage.digests[g] or b"" for g in live), dtype=np.uint8).reshape(len(live), -1)
-        if live
+        "gids": np.arange(n, dtype=np.int64),
+        "digests": np.frombuffer(b"".join(snap.digests), dtype=np.uint8).reshape(n, -1)
+        if n
         else np.zeros((0, _DIGEST_BYTES), dtype=np.uint8),
         "shingle_offsets": np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        "shingles": np.concatenate(shingles) if shingles else np.zeros(0, dtype=np.uint32),
-        "band_keys": band_keys,
-        "band_gids": compact[band_gids].astype(np.int32),
+        "shingles": np.concatenate(snap.shingles) if n else np.zeros(0, dtype=np.uint32),
+        "band_keys": snap.band_keys,
+        "band_gids": snap.band_gids,
     }
     with tempfile.SpooledTemporaryFile() as buf:
         np.savez(buf, **arrays)  # type: ignore[arg-type]
         buf.seek(0)
         _write(root, f"groups-{gen}.npz", buf.read(), files, "groups")
 
-    components = sorted({tuple(sorted(compact[list(c)].tolist())) for c in storage.component_of.values()})
     clusters = {
-        "components": [list(c) for c in components],
-        "clusters": [[rep, [[k, s] for k, s in members]] for rep, members in storage.clusters.items()],
+        "components": [list(c) for c in snap.components],
+        "clusters": [[rep, [[k, s] for k, s in members]] for rep, members in snap.clusters],
     }
     _write(root, f"clusters-{gen}.json", json.dumps(clusters, ensure_ascii=False).encode("utf-8"), files, "clusters")
 
@@ -144,27 +139,31 @@ def load_directory(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Memory
     arrays = _read_arrays(groups_path, data["groups"])
     n = _check_groups(groups_path, arrays, meta["b"])
 
-    storage = MemoryStorage()
-    storage.save_meta(meta)
     offsets = arrays["shingle_offsets"].tolist()
     shingles = arrays["shingles"]
-    storage.digests = [d.tobytes() for d in arrays["digests"]]
-    storage.digest_to_gid = {d: g for g, d in enumerate(storage.digests)}
-    storage.shingles = [shingles[offsets[g] : offsets[g + 1]].tobytes() for g in range(n)]
-    storage.members = [None] * n
-    storage.bands.restore(arrays["band_keys"], arrays["band_gids"])
 
     items_path = root / files["items"]["name"]
     records = _check_items(items_path, _parse_json(items_path, data["items"]), n)
-    storage.put_items(records)
-    empty = [g for g in range(n) if storage.members[g] is None]
-    if empty:
+    filled = np.zeros(n, dtype=bool)
+    filled[[r.gid for r in records.values() if r.gid != EMPTY_GROUP]] = True
+    empty = np.flatnonzero(~filled)
+    if len(empty):
         _corrupt(items_path, f"group {empty[0]} has no item ({len(empty)} such groups)")
 
     clusters_path = root / files["clusters"]["name"]
     components, clusters = _check_clusters(clusters_path, _parse_json(clusters_path, data["clusters"]), n, records)
-    storage.set_components(components)
-    storage.set_clusters((), clusters)
+    storage = MemoryStorage.restore(
+        Snapshot(
+            meta=meta,
+            items=records,
+            digests=[d.tobytes() for d in arrays["digests"]],
+            shingles=[shingles[offsets[g] : offsets[g + 1]] for g in range(n)],
+            band_keys=arrays["band_keys"],
+            band_gids=arrays["band_gids"],
+            components=components,
+            clusters=clusters,
+        )
+    )
     return meta, storage
 
 

@@ -8,14 +8,16 @@ sets per bucket, as in datasketch's in-memory LSH, cost several kilobytes a chun
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
+from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
+from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
-__all__ = ["BandTable", "MemoryStorage"]
+__all__ = ["BandTable", "MemoryStorage", "Snapshot"]
 
 
 class _Run:
@@ -207,162 +209,229 @@ def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tu
     return np.insert(ak, pos, bk), np.insert(ag, pos, bg)
 
 
-class MemoryStorage(Storage):
-    """The default storage: everything in this process. Persist it with ``DedupIndex.save``."""
+@dataclass
+class Snapshot:
+    """Everything a :class:`MemoryStorage` holds, with group ids compacted to ``0 .. n-1`` (in their order).
+
+    What :meth:`MemoryStorage.export` returns and :meth:`MemoryStorage.restore` takes: plain values a
+    file format can write and read back (``rag_dedup.storage.directory`` does), no storage internals.
+
+    Attributes:
+        meta: The index parameters (None for a store that has none).
+        items: Every item's record, in insertion order (group ids compacted).
+        digests: The canonical-text digest of each group ``0 .. n-1``.
+        shingles: The sorted uint32 shingle array of each group.
+        band_keys, band_gids: Every LSH bucket entry (uint64 band key, int32 group id), sorted by key.
+        components: Each component of two or more groups, as sorted group ids, in sorted order.
+        clusters: Each cluster of two or more items, in insertion order.
+    """
+
+    meta: dict[str, Any] | None
+    items: dict[str, ItemRecord]
+    digests: list[bytes]
+    shingles: list[np.ndarray]
+    band_keys: np.ndarray
+    band_gids: np.ndarray
+    components: list[list[int]]
+    clusters: list[ClusterEntry] = field(default_factory=list)
+
+
+class MemoryStorage(Bookkeeping):
+    """The default storage: everything in this process. Persist it with ``DedupIndex.save``.
+
+    Keeps the tables of :mod:`rag_dedup.storage.bookkeeping` compactly: groups in lists indexed by
+    group id (a deleted group leaves a None), a group's shingles as ``bytes``, the keys of a group of
+    one item as a bare ``str``, buckets in a :class:`BandTable`.
+    """
 
     shared = False
 
     def __init__(self) -> None:
-        self.meta: dict[str, Any] | None = None
-        self.items: dict[str, ItemRecord] = {}
-        self.sources: dict[str, list[str]] = {}
-        self.digest_to_gid: dict[bytes, int] = {}
-        self.digests: list[bytes | None] = []
-        self.shingles: list[bytes | None] = []
+        self._meta: dict[str, Any] | None = None
+        self._items: dict[str, ItemRecord] = {}
+        self._sources: dict[str, list[str]] = {}
+        self._digest_to_gid: dict[bytes, int] = {}
+        self._digests: list[bytes | None] = []
+        self._shingles: list[bytes | None] = []
         # The keys of each group: a str for a group of one (saves a list), else a list.
-        self.members: list[str | list[str] | None] = []
-        self.bands = BandTable()
-        self.component_of: dict[int, frozenset[int]] = {}
-        self.cluster_of: dict[str, tuple[str, float]] = {}
-        self.clusters: dict[str, list[tuple[str, float]]] = {}
+        self._group_items: list[str | list[str] | None] = []
+        self._bands = BandTable()
+        self._component_of: dict[int, frozenset[int]] = {}
+        self._cluster_of: dict[str, tuple[str, float]] = {}
+        self._clusters: dict[str, list[tuple[str, float]]] = {}
+        self._maps: dict[Table, dict[Any, Any]] = {
+            Table.ITEMS: self._items,
+            Table.DIGESTS: self._digest_to_gid,
+            Table.COMPONENTS: self._component_of,
+            Table.CLUSTER_OF: self._cluster_of,
+            Table.CLUSTERS: self._clusters,
+        }
+
+    @property
+    def bands(self) -> BandTable:
+        """The LSH bucket table (read by tests that check it against the generic bucket path)."""
+        return self._bands
 
     def drop(self) -> None:
         self.__init__()  # type: ignore[misc]
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
-        return self.meta
+        return self._meta
 
     def save_meta(self, meta: Mapping[str, Any]) -> None:
-        self.meta = dict(meta)
-
-    # --- items
-    def get_items(self, keys: Sequence[str]) -> list[ItemRecord | None]:
-        get = self.items.get
-        return [get(k) for k in keys]
-
-    def put_items(self, items: Mapping[str, ItemRecord]) -> None:
-        self.items.update(items)
-        for key, rec in items.items():
-            if rec.source is not None:
-                self.sources.setdefault(rec.source, []).append(key)
-            if rec.gid != EMPTY_GROUP:
-                current = self.members[rec.gid]
-                if current is None:
-                    self.members[rec.gid] = key
-                elif isinstance(current, str):
-                    self.members[rec.gid] = [current, key]
-                else:
-                    current.append(key)
-
-    def delete_items(self, items: Mapping[str, ItemRecord]) -> None:
-        for key, rec in items.items():
-            del self.items[key]
-            if rec.source is not None:
-                keys = self.sources[rec.source]
-                keys.remove(key)
-                if not keys:
-                    del self.sources[rec.source]
-            if rec.gid != EMPTY_GROUP:
-                current = self.members[rec.gid]
-                if isinstance(current, str):
-                    self.members[rec.gid] = None
-                elif current is not None:
-                    current.remove(key)
-                    if len(current) == 1:
-                        self.members[rec.gid] = current[0]
+        self._meta = dict(meta)
 
     def item_count(self) -> int:
-        return len(self.items)
+        return len(self._items)
 
     def iter_keys(self) -> Iterator[str]:
-        return iter(list(self.items))
+        return iter(list(self._items))
 
-    def keys_of_source(self, source: str) -> list[str]:
-        return list(self.sources.get(source, ()))
+    # --- primitives: values
+    def _get(self, table: Table, keys: Sequence[Any]) -> list[Any]:
+        if table is Table.GROUPS:
+            digests, shingles = self._digests, self._shingles
+            return [
+                None if shingles[g] is None else (digests[g], np.frombuffer(shingles[g], dtype=np.uint32))  # type: ignore[arg-type]
+                for g in keys
+            ]
+        get = self._maps[table].get
+        return [get(k) for k in keys]
 
-    # --- groups and bands
-    def find_groups(self, digests: Sequence[bytes]) -> list[int | None]:
-        get = self.digest_to_gid.get
-        return [get(d) for d in digests]
+    def _put(self, table: Table, values: Mapping[Any, Any]) -> None:
+        if table is Table.GROUPS:
+            for gid, group in values.items():
+                if group is None:
+                    self._digests[gid] = self._shingles[gid] = None
+                else:
+                    self._digests[gid] = bytes(group[0])
+                    self._shingles[gid] = np.asarray(group[1]).astype(np.uint32, copy=False).tobytes()
+            return
+        store = self._maps[table]
+        for key, value in values.items():
+            if value is None:
+                store.pop(key, None)
+            else:
+                store[key] = value
 
-    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
-        first = len(self.shingles)
-        gids = list(range(first, first + len(digests)))
-        for gid, digest, sh in zip(gids, digests, shingles):
-            self.digest_to_gid[digest] = gid
-            self.digests.append(digest)
-            self.shingles.append(sh.astype(np.uint32, copy=False).tobytes())
-            self.members.append(None)
-        self.bands.insert(gids, band_keys)
-        return gids
+    def _scan(self, table: Table) -> list[tuple[Any, Any]]:
+        return list(self._maps[table].items())
 
-    def delete_group(self, gid: int, band_keys: np.ndarray) -> None:
-        digest = self.digests[gid]
-        if digest is not None:
-            del self.digest_to_gid[digest]
-        self.digests[gid] = None
-        self.shingles[gid] = None
-        self.members[gid] = None
-        self.bands.delete(gid)
-        self.component_of.pop(gid, None)
+    # --- primitives: sets
+    def _add(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
+        if table is Table.SOURCES:
+            sources = self._sources
+            for source, key in pairs:
+                keys = sources.get(source)
+                if keys is None:
+                    sources[source] = [key]
+                else:
+                    keys.append(key)
+            return
+        members = self._group_items
+        for gid, key in pairs:
+            current = members[gid]
+            if current is None:
+                members[gid] = key
+            elif isinstance(current, str):
+                members[gid] = [current, key]
+            else:
+                current.append(key)
 
-    def group_items(self, gids: Sequence[int]) -> list[list[str]]:
+    def _discard(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
+        if table is Table.SOURCES:
+            for source, key in pairs:
+                keys = self._sources[source]
+                keys.remove(key)
+                if not keys:
+                    del self._sources[source]
+            return
+        members = self._group_items
+        for gid, key in pairs:
+            current = members[gid]
+            if isinstance(current, str):
+                members[gid] = None
+            elif current is not None:
+                current.remove(key)
+                if len(current) == 1:
+                    members[gid] = current[0]
+
+    def _clear(self, table: Table, owners: Sequence[Any]) -> None:
+        if table is Table.SOURCES:
+            for source in owners:
+                self._sources.pop(source, None)
+            return
+        for gid in owners:
+            self._group_items[gid] = None
+
+    def _members(self, table: Table, owners: Sequence[Any]) -> list[list[str]]:
+        if table is Table.SOURCES:
+            return [list(self._sources.get(s, ())) for s in owners]
         out = []
-        for gid in gids:
-            current = self.members[gid]
+        for gid in owners:
+            current = self._group_items[gid]
             out.append([] if current is None else [current] if isinstance(current, str) else list(current))
         return out
 
-    def group_shingles(self, gids: Sequence[int]) -> list[np.ndarray]:
-        out = []
-        for gid in gids:
-            data = self.shingles[gid]
-            if data is None:
-                raise KeyError(f"group {gid} does not exist")
-            out.append(np.frombuffer(data, dtype=np.uint32))
-        return out
+    # --- primitives: groups and buckets
+    def _new_group_ids(self, n: int) -> list[int]:
+        first = len(self._shingles)
+        for column in (self._digests, self._shingles, self._group_items):
+            column.extend([None] * n)
+        return list(range(first, first + n))
+
+    def _file(self, gids: Sequence[int], band_keys: np.ndarray) -> None:
+        self._bands.insert(gids, band_keys)
+
+    def _unfile(self, gid: int, band_keys: np.ndarray) -> None:
+        self._bands.delete(gid)  # a tombstone: the table finds the group's entries itself
 
     def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
-        return self.bands.query(band_keys)
+        return self._bands.query(band_keys)
 
     def query_band_pairs(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.bands.query_pairs(band_keys)
+        return self._bands.query_pairs(band_keys)
 
-    # --- components
-    def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
-        get = self.component_of.get
-        return [get(g) or frozenset((g,)) for g in gids]
+    # --- the whole store as plain values
+    def export(self) -> Snapshot:
+        """Everything stored, group ids compacted to ``0 .. n-1`` in their order (see :class:`Snapshot`)."""
+        live = [g for g, d in enumerate(self._digests) if d is not None]
+        compact = np.full(len(self._digests) + 1, EMPTY_GROUP, dtype=np.int64)  # index -1 stays -1
+        compact[live] = np.arange(len(live))
+        recs = list(self._items.values())
+        gids = compact[[r.gid for r in recs]].tolist() if recs else []
+        items = {k: r._replace(gid=g) if r.gid != g else r for (k, r), g in zip(self._items.items(), gids)}
+        band_keys, band_gids = self._bands.export()
+        return Snapshot(
+            meta=None if self._meta is None else dict(self._meta),
+            items=items,
+            digests=[self._digests[g] for g in live],  # type: ignore[misc]
+            shingles=[np.frombuffer(self._shingles[g] or b"", dtype=np.uint32) for g in live],
+            band_keys=band_keys,
+            band_gids=compact[band_gids].astype(np.int32),
+            components=sorted({tuple(sorted(compact[list(c)].tolist())) for c in self._component_of.values()}),  # type: ignore[arg-type]
+            clusters=[(rep, list(members)) for rep, members in self._clusters.items()],
+        )
 
-    def set_components(self, components: Sequence[Collection[int]]) -> None:
-        for comp in components:
-            if len(comp) < 2:
-                for g in comp:
-                    self.component_of.pop(g, None)
-                continue
-            shared = frozenset(comp)
-            for g in shared:
-                self.component_of[g] = shared
+    @classmethod
+    def restore(cls, snapshot: Snapshot) -> MemoryStorage:
+        """A storage holding ``snapshot`` (from :meth:`export`, or read from a file and checked).
 
-    # --- clusters
-    def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
-        get = self.cluster_of.get
-        return [get(k) for k in keys]
-
-    def cluster_members(self, representatives: Sequence[str]) -> list[list[tuple[str, float]]]:
-        return [list(self.clusters.get(r, ())) for r in representatives]
-
-    def set_clusters(self, keys: Collection[str], clusters: Sequence[ClusterEntry]) -> None:
-        for key in keys:
-            old = self.cluster_of.pop(key, None)
-            if old is not None:
-                self.clusters.pop(old[0], None)
-        for rep, members in clusters:
-            if len(members) < 2:
-                continue
-            self.clusters[rep] = list(members)
-            for key, sim in members:
-                self.cluster_of[key] = (rep, sim)
-
-    def iter_clusters(self) -> Iterator[ClusterEntry]:
-        return iter([(rep, list(m)) for rep, m in self.clusters.items()])
+        The snapshot must be consistent (what :func:`~rag_dedup.storage.directory.load_directory`
+        checks): every item's group among ``0 .. n-1``, every group filed in every band, components
+        and clusters over known groups and keys.
+        """
+        storage = cls()
+        if snapshot.meta is not None:
+            storage.save_meta(snapshot.meta)
+        n = len(snapshot.digests)
+        storage._new_group_ids(n)
+        storage._digests[:] = [bytes(d) for d in snapshot.digests]
+        storage._digest_to_gid.update((d, g) for g, d in enumerate(storage._digests))  # type: ignore[misc]
+        storage._shingles[:] = [np.asarray(s, dtype=np.uint32).tobytes() for s in snapshot.shingles]
+        storage._bands.restore(snapshot.band_keys, snapshot.band_gids)
+        storage.put_items(snapshot.items)
+        storage.set_components(snapshot.components)
+        storage.set_clusters((), snapshot.clusters)
+        return storage

@@ -21,8 +21,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import DedupIndex, IndexMismatchError, MemoryStorage, RedisUnavailable
-from rag_dedup.storage import redis as redis_module
+from rag_dedup import CorruptIndexError, DedupIndex, IndexMismatchError, MemoryStorage, RedisUnavailable
+from rag_dedup.storage.redis import connection
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
 from rag_dedup.storage.redis import RedisStorage
 
@@ -227,6 +227,23 @@ def test_a_batch_costs_a_few_round_trips_not_one_per_chunk_or_band(redis_url, na
     assert index.storage.round_trips - before < 100
 
 
+def test_buckets_are_fields_of_a_few_thousand_hashes_not_a_key_each(redis_url, namespace):
+    """Regression guard: a Redis key per LSH bucket (21 a chunk, ~100 bytes each) made the index cost
+    3.6 KB a chunk; as fields of 4,096 hashes a bucket costs ~20 bytes."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(ITEMS[:1000])
+    names = [k.decode() for k in _namespace_keys(redis_url, namespace)]
+    buckets = [k for k in names if k.startswith(f"{namespace}:buckets:")]
+    assert buckets and all(re.fullmatch(rf"{namespace}:buckets:[0-9a-f]{{3}}", k) for k in buckets)
+    client = redis.Redis.from_url(redis_url)
+    fields = sum(client.hlen(k) for k in buckets)
+    groups = client.hlen(f"{namespace}:groups")
+    client.close()
+    assert fields >= 10 * groups  # the buckets of 21 bands a group (near-duplicates share some),
+    assert fields >= 4 * len(buckets)  # several to a hash,
+    assert len(names) - len(buckets) < 2 * 1000  # and the other keys are one per group and source at most
+
+
 # --- atomic batches ------------------------------------------------------------------------------
 
 
@@ -327,8 +344,8 @@ def test_components_follow_memory_semantics(redis_url, calls):
         storage.set_components(components)
         assert storage.component_members(list(range(10))) == memory.component_members(list(range(10)))
     client = redis.Redis.from_url(redis_url)
-    referenced = set(client.hvals(f"{namespace}:comp"))
-    stored = {k.rsplit(b":", 1)[1] for k in client.scan_iter(match=f"{namespace}:cm:*")}
+    referenced = set(client.hvals(f"{namespace}:component-of"))
+    stored = {k.rsplit(b":", 1)[1] for k in client.scan_iter(match=f"{namespace}:component:*")}
     client.close()
     assert stored == referenced
     storage.drop()
@@ -347,11 +364,38 @@ def test_namespaces_are_separate_and_drop_removes_only_its_own(redis_url):
     assert ITEMS[0]["key"] in a and ITEMS[0]["key"] not in b
     expected_b = state(b)
     a.drop()
-    assert _namespace_keys(redis_url, "x\\*") == [b"x*:meta"]  # an empty index: only its parameters
+    assert _namespace_keys(redis_url, "x\\*") == [b"x*:format", b"x*:meta"]  # an empty index: only its layout and parameters
     assert len(a) == 0 and ITEMS[0]["key"] not in a
     assert state(b) == expected_b
     a.add_many(ITEMS[:40])  # usable again after drop
     assert len(a) == 40
+
+
+@pytest.mark.parametrize(
+    ("keys", "held"),
+    [
+        pytest.param({"meta": b'{"b": 21}', "next_gid": b"7", "cof": None}, r"key layout 1 \(written by an older rag-dedup", id="layout-1"),
+        pytest.param({"next_gid": b"7", "comp": None}, r"key layout 1", id="layout-1-without-meta"),
+        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 3"}, r"b'rag-dedup-redis 3'", id="a-newer-layout"),
+    ],
+)
+def test_a_namespace_in_another_key_layout_is_refused_with_what_to_do(redis_url, namespace, keys, held):
+    """The key layout changed (readable names, layout 2): an old namespace must not be read as an empty or a
+    damaged one, and drop() still clears it."""
+    client = redis.Redis.from_url(redis_url)
+    for name, value in keys.items():
+        if value is None:
+            client.hset(f"{namespace}:{name}", "1", "x")
+        else:
+            client.set(f"{namespace}:{name}", value)
+    with pytest.raises(CorruptIndexError, match=held + r".*reads key layout 2 only.*drop\(\)"):
+        DedupIndex(storage=redis_url, namespace=namespace)
+    RedisStorage(redis_url, namespace=namespace).drop()
+    assert _namespace_keys(redis_url, namespace) == []
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(ITEMS[:10])
+    assert client.get(f"{namespace}:format") == b"rag-dedup-redis 2"
+    client.close()
 
 
 def test_pickled_index_talks_to_the_same_data(redis_url, namespace):
@@ -414,7 +458,7 @@ def test_bad_arguments_are_refused(redis_url, kwargs, error, message):
 
 
 def test_missing_redis_package_gives_the_pip_hint(monkeypatch, redis_url):
-    monkeypatch.setattr(redis_module, "_redis", None)
+    monkeypatch.setattr(connection, "redis_py", None)
     with pytest.raises(ImportError, match=r"pip install rag-dedup\[redis\]"):
         DedupIndex(storage=redis_url)
 
@@ -503,7 +547,7 @@ def test_dedup_transform_with_two_pipeline_workers_finds_duplicates_across_their
 )
 def test_redaction_hides_every_form_of_password(url: str, shown: str) -> None:
     """Guards issue 17 item 8: a password in the query string, or holding '#', reached messages and repr()."""
-    assert redis_module._redact(url) == shown
+    assert connection.redact(url) == shown
 
 
 def test_a_query_string_password_never_reaches_messages_or_repr(redis_server_factory):

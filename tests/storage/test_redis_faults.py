@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from rag_dedup import (
 )
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.redis import RedisStorage
+from rag_dedup.storage.redis.lock import NamespaceLock
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 NAMESPACE = "faults"
@@ -71,7 +73,7 @@ def snapshot(url: str, namespace: str) -> dict[bytes, Any]:
     out: dict[bytes, Any] = {}
     try:
         for key in client.scan_iter(match=f"{namespace}:*"):
-            if key in (f"{namespace}:next_gid".encode(), f"{namespace}:lock".encode()):
+            if key in (f"{namespace}:next-group-id".encode(), f"{namespace}:lock".encode()):
                 continue
             kind = client.type(key)
             if kind == b"string":
@@ -114,7 +116,7 @@ def _kill_before(storage: RedisStorage, server: Any, method: str) -> None:
     ("method", "message"),
     [
         pytest.param("find_groups", "nothing of it was recorded", id="killed-at-the-first-read"),
-        pytest.param("query_bands", "nothing of it was recorded", id="killed-at-the-candidate-lookup"),
+        pytest.param("query_band_pairs", "nothing of it was recorded", id="killed-at-the-candidate-lookup"),
         pytest.param("set_clusters", "nothing of it was recorded", id="killed-at-the-last-write"),
     ],
 )
@@ -251,13 +253,120 @@ def test_a_lost_lock_refuses_the_commit(redis_url):
     assert storage.get_items(["k"]) == [None]
 
 
-def test_the_lock_is_renewed_while_a_batch_works(redis_url):
+class ManualClock:
+    """Time that moves only when the test says so (:class:`~rag_dedup.storage.redis.lock.Clock`).
+
+    The renewal thread waits in :meth:`wait`; :meth:`advance` moves time on and returns once that
+    thread has acted on it, back waiting (or gone), so the test sees each renewal happen without sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.entered = 0  # how many times a waiter has started waiting
+        self.deadline: float | None = None  # the waiting waiter's
+        self.cond = threading.Condition()
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        with self.cond:
+            self.t += seconds
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        with self.cond:
+            self.deadline = deadline = self.t + seconds
+            self.entered += 1
+            self.cond.notify_all()
+            while self.t < deadline and not stop.is_set():
+                self.cond.wait(0.01)  # stop.set() does not notify: look again soon
+            self.deadline = None
+            return stop.is_set()
+
+    def advance(self, seconds: float, thread: threading.Thread) -> None:
+        with self.cond:
+            self._until(lambda: self.deadline is not None or not thread.is_alive())
+            entered = self.entered
+            self.t += seconds
+            self.cond.notify_all()
+            if self.deadline is not None and self.t < self.deadline:
+                return  # not due yet: the waiter goes on waiting
+            self._until(lambda: self.entered > entered or not thread.is_alive())
+
+    def _until(self, done: Any) -> None:
+        for _ in range(1000):  # 10 s at most
+            if done():
+                return
+            self.cond.wait(0.01)
+        raise AssertionError("the renewal thread did not act on the clock")
+
+
+def _lock(url: str, clock: ManualClock, timeout: float = 30.0) -> tuple[NamespaceLock, redis.Redis]:
+    client = redis.Redis.from_url(url)
+    return NamespaceLock(client, f"{NAMESPACE}:lock".encode(), namespace=NAMESPACE, url=url, timeout=timeout, wait=1.0, clock=clock), client
+
+
+def test_the_lock_is_renewed_to_its_full_lifetime_every_third_of_it(redis_url):
+    """Guards the renewal thread: without it a batch working longer than lock_timeout loses its lock."""
+    clock = ManualClock()
+    lock, client = _lock(redis_url, clock)
+    hold, _ = lock.acquire()
+    assert hold.renewer is not None
+    try:
+        client.pexpire(lock.key, 500)  # as if 29.5 of its 30 seconds had passed
+        clock.advance(9.9, hold.renewer)  # not yet a third of 30 s
+        assert lock.renewals == 0 and client.pttl(lock.key) <= 500
+        clock.advance(0.1, hold.renewer)
+        assert lock.renewals == 1 and client.pttl(lock.key) > 20_000
+        clock.advance(10.0, hold.renewer)
+        assert lock.renewals == 2
+    finally:
+        hold.end()
+        lock.release(hold.token)
+    assert client.get(lock.key) is None
+    client.close()
+
+
+def test_a_renewal_never_extends_the_next_holders_lock(redis_url):
+    """Regression guard: renewing without comparing the token would keep a lock that another worker holds alive."""
+    clock = ManualClock()
+    lock, client = _lock(redis_url, clock)
+    hold, _ = lock.acquire()
+    assert hold.renewer is not None
+    client.set(lock.key, b"the-next-holder", px=60_000)  # ours expired; another took it
+    clock.advance(10.0, hold.renewer)
+    hold.renewer.join(timeout=10)
+    assert not hold.renewer.is_alive()  # it saw the lock lost and stopped
+    assert client.get(lock.key) == b"the-next-holder" and client.pttl(lock.key) > 30_000
+    lock.release(hold.token)
+    assert client.get(lock.key) == b"the-next-holder"  # the release compares the token too
+    client.close()
+
+
+def test_a_batch_that_outlives_lock_timeout_commits_because_it_was_renewed(redis_url):
     storage = RedisStorage(redis_url, namespace=NAMESPACE, lock_timeout=1.0)
+    storage.clock = clock = ManualClock()
+    client = redis.Redis.from_url(redis_url)
     with storage.lock():
         storage.put_items({"k": ItemRecord(EMPTY_GROUP, 1, None, 0.0, None)})
-        time.sleep(2.5)  # longer than lock_timeout: only the renewals keep the lock alive
+        (renewer,) = [t for t in threading.enumerate() if t.name == "rag-dedup-lock"]
+        client.pexpire(f"{NAMESPACE}:lock", 50)  # as if almost all of lock_timeout had passed
+        clock.advance(0.34, renewer)
+        time.sleep(0.1)  # beyond the 50 ms: only the renewal keeps the lock alive now
+    client.close()
     assert storage.get_items(["k"]) == [ItemRecord(EMPTY_GROUP, 1, None, 0.0, None)]
-    assert storage.renewals >= 2
+    assert storage.renewals == 1
+
+
+def test_a_waiter_gives_up_after_lock_wait_on_its_clock(redis_url):
+    """The wait is measured on the lock's clock (here: each poll's sleep moves it), not counted in polls."""
+    clock = ManualClock()
+    lock, client = _lock(redis_url, clock)
+    client.set(lock.key, b"token-of-a-busy-worker", px=60_000)
+    with pytest.raises(LockTimeout, match=r"within lock_wait=1 s"):
+        lock.acquire()
+    assert 1.0 <= clock.t < 1.01
+    client.close()
 
 
 # --- state loss (issue 17 item 4) ------------------------------------------------------------------
@@ -302,11 +411,11 @@ def test_a_restart_without_persistence_fails_the_next_batch_and_read(redis_serve
     ("lost", "message"),
     [
         pytest.param("meta", r"lost its parameters \(key meta\)", id="meta"),
-        pytest.param("next_gid", r"lost its group-id counter \(key next_gid\) while it holds groups", id="counter"),
+        pytest.param("next-group-id", r"lost its group-id counter \(key next-group-id\) while it holds groups", id="counter"),
     ],
 )
 def test_a_namespace_that_lost_its_meta_or_counter_fails_the_batch_loudly(redis_url, lost, message):
-    """Guards issue 17 item 4: a lost next_gid made group ids repeat; nothing of the failing batch is written."""
+    """Guards issue 17 item 4: a lost group-id counter made group ids repeat; nothing of the failing batch is written."""
     index = open_index(redis_url)
     index.add_many(FIRST)
     client = redis.Redis.from_url(redis_url)
@@ -331,8 +440,10 @@ def _first_digest(client: redis.Redis) -> bytes:
     return packed[1 : 1 + packed[0]]
 
 
-def _a_bucket(client: redis.Redis) -> bytes:
-    return next(iter(client.scan_iter(match=f"{NAMESPACE}:b:*")))
+def _a_bucket(client: redis.Redis) -> tuple[bytes, bytes]:
+    """(hash, field) of a stored LSH bucket."""
+    key = next(iter(client.scan_iter(match=f"{NAMESPACE}:buckets:*")))
+    return key, next(iter(client.hkeys(key)))
 
 
 HOSTILE = [
@@ -341,11 +452,11 @@ HOSTILE = [
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"[1e999, 5, null, 0, null]"), r":items\[", id="item-overflow"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b"[0, 5, 7, 0, null]"), r"source is not a string", id="item-source-int"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:items", FIRST[0]["key"], b'{"a": 1}'), r"not a list of 5 values", id="item-object"),
-    pytest.param(lambda c: c.hset(f"{NAMESPACE}:cof", FIRST[0]["key"], b'["x", "0.9"]'), r":cof\[.*similarity is not a finite number", id="cluster-entry"),
+    pytest.param(lambda c: c.hset(f"{NAMESPACE}:cluster-of", FIRST[0]["key"], b'["x", "0.9"]'), r":cluster-of\[.*similarity is not a finite number", id="cluster-entry"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b""), r":groups\[0\] holds b''", id="group-empty"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b"\x10abc"), r":groups\[0\]", id="group-short"),
-    pytest.param(lambda c: c.sadd(_a_bucket(c), b"12abc"), r"<band key> holds b'12abc'", id="bucket-member"),
-    pytest.param(lambda c: c.set(f"{NAMESPACE}:next_gid", b"many"), r":next_gid cannot be read", id="counter-not-int"),
+    pytest.param(lambda c: c.hset(*_a_bucket(c), b"12abc"), r":buckets:<band key> holds .*not whole '<u4' group ids", id="bucket-member"),
+    pytest.param(lambda c: c.set(f"{NAMESPACE}:next-group-id", b"many"), r":next-group-id cannot be read", id="counter-not-int"),
     pytest.param(lambda c: (c.delete(f"{NAMESPACE}:items"), c.set(f"{NAMESPACE}:items", b"x")), r":items cannot be read", id="wrong-type"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:digests", _first_digest(c), b" 7"), r":digests\[.*\] holds b' 7'", id="digest-id-spaces"),
 ]

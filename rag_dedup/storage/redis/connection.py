@@ -1,0 +1,143 @@
+"""Reaching a Redis server: URLs (and hiding their passwords), TLS hints, the eviction-policy check.
+
+redis-py is an optional dependency (``pip install rag-dedup[redis]``); this is the one module that
+imports it. Without it, :data:`redis_py` is None and :func:`require_redis` raises the pip hint.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from typing import Any
+
+from rag_dedup.errors import RedisConfigurationError, RedisUnavailable
+
+try:  # optional dependency: pip install rag-dedup[redis]
+    import redis as redis_py
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.exceptions import WatchError
+except ImportError:  # pragma: no cover - exercised only without the extra
+    redis_py = None
+    RedisConnectionError = ConnectionError  # type: ignore[misc,assignment]
+    ResponseError = RuntimeError  # type: ignore[misc,assignment]
+    RedisTimeoutError = TimeoutError  # type: ignore[misc,assignment]
+    WatchError = RuntimeError  # type: ignore[misc,assignment]
+
+__all__ = ["CONNECTION_ERRORS", "check_url", "connect", "redact", "require_redis", "unavailable"]
+
+#: What redis-py raises when the connection drops or a reply does not come in time.
+CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError)
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&;]password=)[^&;]*")
+
+
+def require_redis() -> None:
+    """Raise the pip hint when redis-py is not installed."""
+    if redis_py is None:
+        raise ImportError("RedisStorage needs the redis package, which is not installed: pip install rag-dedup[redis]")
+
+
+def redact(url: str) -> str:
+    """The URL with its password hidden: ``redis://user:***@host:port/db``, ``...?password=***``.
+
+    Works on the raw string, not on a parsed URL, so that a password holding ``#``, ``?``, ``/`` or ``@``
+    (which a URL parser would cut at the wrong place) is hidden whole: everything from the end of the
+    scheme to the last ``@`` counts as user information.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        userinfo, _, host = rest.rpartition("@")
+        rest = (userinfo.split(":", 1)[0] + ":***@" if ":" in userinfo else "***@") + host
+    rest = _PASSWORD_PARAMETER.sub(r"\1***", rest)
+    return f"{scheme}{sep}{rest}"
+
+
+def check_url(url: object) -> None:
+    """Refuse a URL that is not one, and what redis-py would misread silently: a ``#`` (a fragment) and
+    a database that is not a number."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str like 'redis://localhost:6379/0', got {type(url).__name__}")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"url {redact(url)!r} must start with redis://, rediss:// (TLS) or unix://")
+    if "#" in url:
+        raise ValueError(
+            f"url {redact(url)!r} contains '#', where a URL ends and a fragment begins, so a password holding it "
+            "would be cut there: write '#' as %23"
+        )
+    if url.startswith("unix://"):
+        return
+    try:
+        path = urllib.parse.urlsplit(url).path
+    except ValueError as exc:
+        raise ValueError(f"url {redact(url)!r} is not a valid URL ({exc})") from None
+    if path not in ("", "/") and not re.fullmatch(r"/[0-9]+", path):
+        raise ValueError(
+            f"url {redact(url)!r} names the database {path[1:]!r}: after the host comes a database number, "
+            "such as redis://localhost:6379/0"
+        )
+
+
+def check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} ({value}) must be a positive number of seconds")
+
+
+def unavailable(url: str, exc: BaseException, what: str) -> RedisUnavailable:
+    """The error for a connection lost while doing ``what`` (the URL shown without its password)."""
+    return RedisUnavailable(f"lost the connection to Redis at {redact(url)} {what} ({exc})")
+
+
+def connect(
+    url: str, *, connect_timeout: float, socket_timeout: float | None, allow_eviction: bool, options: dict[str, Any]
+) -> Any:
+    """A client of the server at ``url``, after one PING (and the eviction-policy check, 2 round trips).
+
+    Raises:
+        RedisUnavailable: The server cannot be reached or refused the credentials (the message names
+            the URL without its password, and the likely fix).
+        RedisConfigurationError: The server may evict keys, and ``allow_eviction`` is False.
+    """
+    require_redis()
+    client = redis_py.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout, **options)
+    try:
+        client.ping()
+    except redis_py.exceptions.AuthenticationError as exc:
+        client.close()
+        raise RedisUnavailable(
+            f"Redis at {redact(url)} refused the credentials of the URL ({exc}); put the password in the "
+            "URL as redis://:PASSWORD@host:port/db (or redis://USER:PASSWORD@... for an ACL user)"
+        ) from exc
+    except (*CONNECTION_ERRORS, OSError) as exc:
+        client.close()
+        if "certificate" in str(exc).lower() or "ssl" in str(exc).lower():
+            hint = "for rediss://, the server's certificate must verify: add ?ssl_ca_certs=/path/to/ca.pem to the URL"
+        else:
+            hint = "is redis-server running there? (apt-get install redis-server; redis-server --port 6379)"
+        raise RedisUnavailable(f"cannot reach Redis at {redact(url)} ({exc}); {hint}") from exc
+    if not allow_eviction:
+        _check_eviction_policy(client, url)
+    return client
+
+
+def _check_eviction_policy(client: Any, url: str) -> None:
+    """Refuse a server that may evict keys (``maxmemory-policy`` other than ``noeviction``)."""
+    try:
+        section = client.info("memory")
+    except CONNECTION_ERRORS as exc:
+        client.close()
+        raise unavailable(url, exc, "while reading its configuration") from exc
+    policy = section.get("maxmemory_policy") if isinstance(section, dict) else None
+    if policy != "noeviction":
+        client.close()
+        raise RedisConfigurationError(
+            f"Redis at {redact(url)} has maxmemory-policy {policy!r}: when memory runs short it evicts "
+            "keys, and an index with evicted keys answers wrongly without an error. Run the server with "
+            "maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or "
+            "pass allow_eviction=True to accept the risk"
+        )

@@ -1,0 +1,479 @@
+"""A batch's pending writes and read cache over Redis, and its commit in one ``MULTI``/``EXEC``.
+
+Inside the lock, writes go to a local overlay (:class:`Batch`) that every read consults, so the batch
+sees its own pending writes; what it reads from Redis is kept (nobody else can write while the lock is
+held), so a second read of the same thing costs no round trip. At the end the overlay is committed in
+one ``MULTI``/``EXEC`` guarded by ``WATCH`` on the lock key, which also deletes the lock. If the lock
+was lost meanwhile (it expired, or the connection dropped), ``EXEC`` does nothing and the batch raises.
+If the batch raises for any reason, the overlay is thrown away: nothing of it reaches Redis. Reads
+outside a batch go straight to Redis (one pipelined round trip each) and see committed batches only.
+
+:class:`Overlay` works on raw keys, hash fields, set members and strings (bytes); what they mean is
+the business of :mod:`rag_dedup.storage.redis.keys` and the storage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost
+from rag_dedup.storage.redis import scripts
+from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
+
+__all__ = ["Batch", "Overlay"]
+
+#: Fields or commands per request part: keeps each command's argument list and reply moderate.
+CHUNK = 4096
+SCAN_COUNT = 1000
+
+
+@dataclass
+class Batch:
+    """The pending writes of one batch (one holder of the lock), and what it read."""
+
+    token: bytes
+    depth: int = 1
+    dropped: bool = False  # drop() was called: Redis holds nothing of the namespace for this batch
+    strings: dict[bytes, bytes | None] = field(default_factory=dict)  # None: deleted
+    hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)  # None: field deleted
+    sets: dict[bytes, dict[bytes, bool]] = field(default_factory=dict)  # member -> present
+    cleared: set[bytes] = field(default_factory=set)  # sets deleted (or created empty) in this batch
+    # Buckets: groups filed (flat band-key and group-id arrays, appended per call) and taken out
+    # (band key -> group ids). At commit the removals go first, then the additions.
+    filed_keys: list[np.ndarray] = field(default_factory=list)
+    filed_gids: list[np.ndarray] = field(default_factory=list)
+    unfiled: dict[int, set[int]] = field(default_factory=dict)
+    _filed_index: dict[int, set[int]] | None = None
+    # What this batch read from Redis (which cannot change while it holds the lock): read once.
+    seen_strings: dict[bytes, bytes | None] = field(default_factory=dict)
+    seen_hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)
+    seen_sets: dict[bytes, set[bytes]] = field(default_factory=dict)
+
+    def hash_of(self, key: bytes) -> dict[bytes, bytes | None]:
+        return self.hashes.setdefault(key, {})
+
+    def set_of(self, key: bytes) -> dict[bytes, bool]:
+        return self.sets.setdefault(key, {})
+
+    def clear_set(self, key: bytes) -> None:
+        self.cleared.add(key)
+        self.sets.pop(key, None)
+
+    def drop_all(self) -> None:
+        """Forget every pending write and everything read: the namespace is deleted at commit."""
+        self.dropped = True
+        for table in (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets):
+            table.clear()
+        self.cleared.clear()
+        self.filed_keys.clear()
+        self.filed_gids.clear()
+        self._filed_index = None
+
+    def file(self, gids: Sequence[int], band_keys: np.ndarray) -> None:
+        """File group ``gids[i]`` under every band key of row ``band_keys[i]``."""
+        keys = np.ascontiguousarray(band_keys, dtype=np.uint64).reshape(-1)
+        gid_array = np.repeat(np.asarray(gids, dtype=np.uint64), band_keys.shape[1])
+        if self.unfiled:
+            for k, g in zip(keys.tolist(), gid_array.tolist()):
+                gone = self.unfiled.get(k)
+                if gone:
+                    gone.discard(g)
+        self.filed_keys.append(keys)
+        self.filed_gids.append(gid_array)
+        self._filed_index = None
+
+    def unfile(self, gid: int, band_keys: Sequence[int]) -> None:
+        """Take group ``gid`` out of the buckets ``band_keys``."""
+        for k in band_keys:
+            self.unfiled.setdefault(k, set()).add(gid)
+        for i, (keys, gids) in enumerate(zip(self.filed_keys, self.filed_gids)):
+            hit = (gids == gid) & np.isin(keys, np.asarray(band_keys, dtype=np.uint64))
+            if hit.any():
+                self.filed_keys[i], self.filed_gids[i] = keys[~hit], gids[~hit]
+                self._filed_index = None
+
+    def filed_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.filed_keys:
+            return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
+        return np.concatenate(self.filed_keys), np.concatenate(self.filed_gids)
+
+    def filed_index(self) -> dict[int, set[int]]:
+        """Band key -> group ids filed in this batch (built when a read needs it)."""
+        if self._filed_index is None:
+            index: dict[int, set[int]] = {}
+            keys, gids = self.filed_pairs()
+            for k, g in zip(keys.tolist(), gids.tolist()):
+                index.setdefault(k, set()).add(g)
+            self._filed_index = index
+        return self._filed_index
+
+
+class Overlay:
+    """Reads through the open batch of the calling thread, pipelined; the commit of a batch.
+
+    Args:
+        client: A redis-py client.
+        name: How the storage shows itself in messages (its repr, without a password).
+        url: The server's URL (shown without its password).
+        prefix: The namespace's key prefix (for messages, and drop's SCAN).
+        lock_key: The lock's key (kept by drop; WATCHed and deleted by the commit).
+        guard: The key that a read outside a batch asks about once the namespace is known to hold an
+            index (``ns:meta``): a namespace that lost it is not read as an empty one.
+    """
+
+    def __init__(self, client: Any, *, name: str, url: str, prefix: bytes, lock_key: bytes, guard: bytes) -> None:
+        self.client, self.name, self.url = client, name, url
+        self.prefix, self.lock_key, self.guard = prefix, lock_key, guard
+        #: Set once the namespace was seen holding an index: reads then check ``guard``.
+        self.known = False
+        #: Round trips made by reads and commits.
+        self.round_trips = 0
+        self._local = threading.local()
+
+    # --- the batch of this thread --------------------------------------------------------------
+    @property
+    def batch(self) -> Batch | None:
+        return getattr(self._local, "batch", None)
+
+    @batch.setter
+    def batch(self, batch: Batch | None) -> None:
+        self._local.batch = batch
+
+    def open_batch(self) -> Batch:
+        """The open batch (writes happen only inside one)."""
+        batch = self.batch
+        if batch is None:  # pragma: no cover - every write runs inside lock()
+            raise RuntimeError("RedisStorage writes happen inside lock()")
+        return batch
+
+    # --- errors --------------------------------------------------------------------------------
+    def unavailable(self, exc: BaseException, what: str) -> Exception:
+        return unavailable(self.url, exc, what)
+
+    def lost(self, what: str) -> NamespaceLost:
+        return NamespaceLost(
+            f"{self.name} lost {what}: the server restarted without persistence, was flushed, or evicted keys. "
+            "Nothing of this batch was written; the index in this namespace is incomplete: drop() it and index "
+            "again, and run Redis with appendonly yes and maxmemory-policy noeviction"
+        )
+
+    def corrupt(self, key: bytes, raw: object, exc: BaseException) -> CorruptIndexError:
+        shown = raw[:80] if isinstance(raw, bytes) else raw
+        return CorruptIndexError(
+            f"{self.name}: {key.decode('utf-8', 'backslashreplace')} holds {shown!r}, which is not what rag-dedup "
+            f"stores there ({str(exc)[:120]}); the namespace is damaged: drop() it and index again"
+        )
+
+    def wrong_type(self, args: Sequence[Any], exc: BaseException) -> CorruptIndexError:
+        """A command failed on a stored key (a key of another type, a non-integer counter)."""
+        key = next((a for a in args[1:] if isinstance(a, bytes) and a.startswith(self.prefix)), None)
+        where = key.decode("utf-8", "backslashreplace") if key is not None else f"a {args[0]} command"
+        return CorruptIndexError(
+            f"{self.name}: {where} cannot be read as rag-dedup stores it ({exc}); the namespace is damaged: drop() it "
+            "and index again"
+        )
+
+    # --- reading -------------------------------------------------------------------------------
+    def pipeline(self, build: Callable[[Any], None]) -> list[Any]:
+        """Run the commands that ``build`` queues in one round trip; translate connection errors."""
+        pipe = self.client.pipeline(transaction=False)
+        build(pipe)
+        if len(pipe) == 0:
+            return []
+        # A read outside a batch also asks whether the namespace still has its parameters (a batch
+        # checked that when it took the lock), so that a lost index is not read as an empty one.
+        guard = self.known and self.batch is None
+        if guard:
+            pipe.exists(self.guard)
+        commands = [args for args, _ in pipe.command_stack]
+        try:
+            self.round_trips += 1
+            replies = pipe.execute(raise_on_error=False)
+        except CONNECTION_ERRORS as exc:
+            what = "in the middle of a batch; nothing of it was recorded, retry it" if self.batch else "while reading"
+            raise self.unavailable(exc, what) from exc
+        finally:
+            pipe.reset()
+        for args, reply in zip(commands, replies):
+            if isinstance(reply, ResponseError):
+                raise self.wrong_type(args, reply)
+        if guard and not replies.pop():
+            raise self.lost("its parameters (key meta)")
+        return replies
+
+    def call(self, what: str, command: str, *args: Any) -> Any:
+        """One command outside a pipeline (INCRBY inside a batch), with errors translated."""
+        try:
+            self.round_trips += 1
+            return getattr(self.client, command.lower())(*args)
+        except CONNECTION_ERRORS as exc:
+            raise self.unavailable(exc, what) from exc
+        except ResponseError as exc:
+            raise self.wrong_type((command, *args), exc) from None
+
+    def fetch(
+        self,
+        hashes: Mapping[bytes, Sequence[bytes]] = {},
+        sets: Sequence[bytes] = (),
+        strings: Sequence[bytes] = (),
+    ) -> tuple[dict[tuple[bytes, bytes], bytes | None], dict[bytes, set[bytes]], dict[bytes, bytes | None]]:
+        """Read hash fields, whole sets and strings from Redis in one round trip.
+
+        Inside a batch the answers are also kept (the batch holds the lock, so Redis cannot change
+        under it): a later read of the same thing is served without a round trip.
+        """
+        parts = [(key, part) for key, fields in hashes.items() for part in _chunks(list(fields))]
+        sets, strings = list(sets), list(strings)
+
+        def build(p: Any) -> None:
+            for key, part in parts:
+                p.hmget(key, part)
+            for key in sets:
+                p.smembers(key)
+            for key in strings:
+                p.get(key)
+
+        replies = iter(self.pipeline(build))
+        fields_out = {(key, f): v for key, part in parts for f, v in zip(part, next(replies))}
+        sets_out = {key: next(replies) for key in sets}
+        strings_out = {key: next(replies) for key in strings}
+        batch = self.batch
+        if batch is not None:
+            for (key, f), v in fields_out.items():
+                batch.seen_hashes.setdefault(key, {})[f] = v
+            for key, members in sets_out.items():
+                batch.seen_sets[key] = set(members)
+            batch.seen_strings.update(strings_out)
+        return fields_out, sets_out, strings_out
+
+    def unseen(self, key: bytes, fields: Sequence[bytes]) -> list[bytes]:
+        """The fields of hash ``key`` that the open batch neither wrote nor read (all outside a batch)."""
+        batch = self.batch
+        if batch is None:
+            return list(fields)
+        pending, seen = batch.hashes.get(key, {}), batch.seen_hashes.get(key, {})
+        return [f for f in fields if f not in pending and f not in seen]
+
+    def hmget(self, key: bytes, fields: Sequence[bytes]) -> list[bytes | None]:
+        """``HMGET`` that sees the open batch's pending writes."""
+        batch = self.batch
+        out: list[bytes | None] = [None] * len(fields)
+        if batch is None:
+            todo = list(range(len(fields)))
+        else:
+            pending = batch.hashes.get(key, {})
+            seen = batch.seen_hashes.get(key, {})
+            todo = []
+            for i, f in enumerate(fields):
+                if f in pending:
+                    out[i] = pending[f]
+                elif batch.dropped:
+                    continue
+                elif f in seen:
+                    out[i] = seen[f]
+                else:
+                    todo.append(i)
+        if todo:
+            found, _, _ = self.fetch(hashes={key: list(dict.fromkeys(fields[i] for i in todo))})
+            for i in todo:
+                out[i] = found[(key, fields[i])]
+        return out
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """``GET`` of each key (one round trip), through the open batch."""
+        batch = self.batch
+        out: list[bytes | None] = [None] * len(keys)
+        todo = []
+        for i, k in enumerate(keys):
+            if batch is None:
+                todo.append(i)
+            elif k in batch.strings:
+                out[i] = batch.strings[k]
+            elif batch.dropped:
+                continue
+            elif k in batch.seen_strings:
+                out[i] = batch.seen_strings[k]
+            else:
+                todo.append(i)
+        if todo:
+            _, _, found = self.fetch(strings=list(dict.fromkeys(keys[i] for i in todo)))
+            for i in todo:
+                out[i] = found[keys[i]]
+        return out
+
+    def smembers_many(self, keys: Sequence[bytes]) -> list[set[bytes]]:
+        """``SMEMBERS`` of each key (one round trip), with the open batch's pending writes applied."""
+        batch = self.batch
+        out: list[set[bytes]] = [set() for _ in keys]
+        todo = []
+        for i, k in enumerate(keys):
+            if batch is None:
+                todo.append(i)
+            elif batch.dropped or k in batch.cleared:
+                continue
+            elif k in batch.seen_sets:
+                out[i] = set(batch.seen_sets[k])
+            else:
+                todo.append(i)
+        if todo:
+            _, found, _ = self.fetch(sets=list(dict.fromkeys(keys[i] for i in todo)))
+            for i in todo:
+                out[i] = set(found[keys[i]])
+        if batch is not None and batch.sets:
+            for i, k in enumerate(keys):
+                pending = batch.sets.get(k)
+                if pending:
+                    current = out[i]
+                    for m, present in pending.items():
+                        if present:
+                            current.add(m)
+                        else:
+                            current.discard(m)
+        return out
+
+    def unread_sets(self, keys: Sequence[bytes]) -> list[bytes]:
+        """The set keys that the open batch neither cleared nor read."""
+        batch = self.batch
+        if batch is None:
+            return list(keys)
+        return [k for k in keys if k not in batch.cleared and k not in batch.seen_sets]
+
+    def hscan(self, key: bytes) -> dict[bytes, bytes]:
+        """A whole hash (by HSCAN, so a large one does not block the server), with pending writes."""
+        batch = self.batch
+        found: dict[bytes, bytes] = {}
+        if batch is None or not batch.dropped:
+            cursor = 0
+            try:
+                while True:
+                    self.round_trips += 1
+                    cursor, part = self.client.hscan(key, cursor, count=SCAN_COUNT)
+                    found.update(part)
+                    if cursor == 0:
+                        break
+            except CONNECTION_ERRORS as exc:
+                raise self.unavailable(exc, "while reading") from exc
+            except ResponseError as exc:
+                raise self.wrong_type(("HSCAN", key), exc) from None
+        if batch is not None:
+            for f, v in batch.hashes.get(key, {}).items():
+                if v is None:
+                    found.pop(f, None)
+                else:
+                    found[f] = v
+        return found
+
+    def hash_size(self, key: bytes) -> int:
+        """``HLEN`` of ``key`` with the open batch's pending writes counted."""
+        batch = self.batch
+        pending = {} if batch is None else batch.hashes.get(key, {})
+        if batch is not None and batch.dropped:
+            return sum(v is not None for v in pending.values())
+        fields = list(pending)
+        replies = self.pipeline(lambda p: (p.hlen(key), *(p.hexists(key, f) for f in fields)))
+        count = int(replies[0])
+        for f, stored in zip(fields, replies[1:]):
+            count += (pending[f] is not None) - bool(stored)
+        return count
+
+    # --- committing ----------------------------------------------------------------------------
+    def commit(self, batch: Batch, bucket_prefix: bytes, lost_message: Callable[[], str]) -> None:
+        """Write the overlay in one MULTI/EXEC, only if the lock is still ours; the EXEC releases it.
+
+        Raises:
+            LockLost: The lock is no longer ours (``lost_message()`` says why).
+            RedisUnavailable: The connection dropped before or during the commit.
+        """
+        sent = False
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                self.round_trips += 2
+                pipe.watch(self.lock_key)
+                if pipe.get(self.lock_key) != batch.token:
+                    raise LockLost(lost_message())
+                if batch.dropped:
+                    self._unlink_namespace()
+                pipe.multi()
+                for key, fields in batch.hashes.items():
+                    gone = [f for f, v in fields.items() if v is None]
+                    kept = {f: v for f, v in fields.items() if v is not None}
+                    for part in _chunks(gone):
+                        pipe.hdel(key, *part)
+                    for part in _chunks(list(kept.items())):
+                        pipe.hset(key, mapping=dict(part))
+                for part in _chunks(list(batch.cleared)):
+                    pipe.delete(*part)
+                # Set writes are (key, member) pairs, most of them one member for each of many keys:
+                # one script call per few thousand pairs instead of one command each.
+                gone = [(k, m) for k, ms in batch.sets.items() if k not in batch.cleared for m, p in ms.items() if not p]
+                added = [(k, m) for k, ms in batch.sets.items() for m, p in ms.items() if p]
+                for script, pairs in ((scripts.SREM_PAIRS, gone), (scripts.SADD_PAIRS, added)):
+                    for part in _chunks(pairs):
+                        pipe.eval(script, len(part), *(k for k, _ in part), *(m for _, m in part))
+                unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
+                removals = (
+                    np.array([k for k, _ in unfiled], dtype=np.uint64),
+                    np.array([g for _, g in unfiled], dtype=np.uint64),
+                )
+                for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
+                    for hexes, raw in scripts.pair_blobs(keys, gids):
+                        pipe.eval(script, 0, bucket_prefix, hexes, raw)
+                for key, value in batch.strings.items():
+                    if value is None:
+                        pipe.delete(key)
+                    else:
+                        pipe.set(key, value)
+                pipe.delete(self.lock_key)
+                self.round_trips += 1
+                sent = True
+                pipe.execute()
+        except WatchError as exc:
+            if isinstance(exc.__context__, CONNECTION_ERRORS):
+                raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
+            raise LockLost(lost_message()) from exc
+        except CONNECTION_ERRORS as exc:
+            if not sent:
+                raise self.unavailable(exc, "before committing a batch; nothing of it was recorded, retry it") from exc
+            raise self.unavailable(
+                exc, "while committing a batch; it may or may not have been recorded: retry it (a retry is idempotent)"
+            ) from exc
+
+    def _unlink_namespace(self) -> None:
+        """Delete every key of the namespace but the lock (SCAN and UNLINK in batches)."""
+        pattern = _glob_escape(self.prefix) + b"*"
+        try:
+            doomed: list[bytes] = []
+            cursor = 0
+            while True:
+                self.round_trips += 1
+                cursor, keys = self.client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                doomed.extend(k for k in keys if k != self.lock_key)
+                if len(doomed) >= SCAN_COUNT:
+                    self.round_trips += 1
+                    self.client.unlink(*doomed)
+                    doomed = []
+                if cursor == 0:
+                    break
+            if doomed:
+                self.round_trips += 1
+                self.client.unlink(*doomed)
+        except CONNECTION_ERRORS as exc:
+            raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
+
+
+def _chunks(values: list[Any]) -> list[list[Any]]:
+    return [values[i : i + CHUNK] for i in range(0, len(values), CHUNK)]
+
+
+def _glob_escape(raw: bytes) -> bytes:
+    out = bytearray()
+    for byte in raw:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)

@@ -1,0 +1,99 @@
+"""The Lua scripts the Redis storage runs on the server, and the blobs they read.
+
+LSH buckets travel as hex blobs, not as one argument per bucket (which costs the client more than the
+server's work): a bucket script gets the bucket key prefix and concatenated 16-hex-digit band keys,
+and names each bucket from its band key (see below). The bucket keys are therefore not declared in
+KEYS, which a standalone server allows (Redis Cluster would not; it is not supported).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "pair_blobs", "row_blob"]
+
+#: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
+RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+#: Compare-and-extend: only the holder of the token (ARGV[1]) may renew the lock KEYS[1] to ARGV[2] ms.
+RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+#: Bulk set writes: KEYS[i] gets (or loses) member ARGV[i] (a key may repeat).
+SADD_PAIRS = "for i = 1, #KEYS do redis.call('sadd', KEYS[i], ARGV[i]) end return #KEYS"
+SREM_PAIRS = "for i = 1, #KEYS do redis.call('srem', KEYS[i], ARGV[i]) end return #KEYS"
+# LSH buckets (key layout 2): a band key's 16 hex digits name its bucket as hash ``prefix .. hex[1..3]``,
+# field ``hex[4..16]`` (keys.Layout.bucket); the value is the bucket's group ids as little-endian uint32, concatenated.
+# ARGV[2] of every bucket script is a blob of 16-hex-digit band keys.
+
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys; ARGV[3]: one group id for each, as raw '<u4'.
+#: Appends each group id to its bucket.
+BUCKETS_ADD = """
+local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
+for i = 0, #gids / 4 - 1 do
+  local p = i * 16 + 1
+  local h, f = pfx .. string.sub(keys, p, p + 2), string.sub(keys, p + 3, p + 15)
+  local g = string.sub(gids, i * 4 + 1, i * 4 + 4)
+  if redis.call('hsetnx', h, f, g) == 0 then  -- most buckets of a new group are new: one call
+    redis.call('hset', h, f, redis.call('hget', h, f) .. g)
+  end
+end
+return 1
+"""
+#: As BUCKETS_ADD, but takes each group id out of its bucket (a bucket left empty is deleted).
+BUCKETS_REM = """
+local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
+for i = 0, #gids / 4 - 1 do
+  local p = i * 16 + 1
+  local h, f = pfx .. string.sub(keys, p, p + 2), string.sub(keys, p + 3, p + 15)
+  local g, v = string.sub(gids, i * 4 + 1, i * 4 + 4), redis.call('hget', h, f)
+  if v then
+    local kept, k = {}, 0
+    for q = 1, #v, 4 do
+      local x = string.sub(v, q, q + 3)
+      if x ~= g then k = k + 1; kept[k] = x end
+    end
+    if k == 0 then redis.call('hdel', h, f) else redis.call('hset', h, f, table.concat(kept, '', 1, k)) end
+  end
+end
+return 1
+"""
+#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns, for each row, the
+#: values of its buckets concatenated (group ids as '<u4', a group once per shared bucket).
+#: With ARGV[4] == '1', returns each bucket's value instead ('' for an empty one).
+BUCKET_LOOKUP = """
+local pfx, blob, b, each = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local out, parts = {}, {}
+if each then b = 1 end
+for r = 0, #blob / (16 * b) - 1 do
+  local k = 0
+  for j = 0, b - 1 do
+    local p = (r * b + j) * 16 + 1
+    local v = redis.call('hget', pfx .. string.sub(blob, p, p + 2), string.sub(blob, p + 3, p + 15))
+    if v then k = k + 1; parts[k] = v end
+  end
+  out[r + 1] = table.concat(parts, '', 1, k)
+end
+return out
+"""
+
+
+def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes]]:
+    """(band key, group id) pairs for BUCKETS_ADD/BUCKETS_REM: (hex band keys, raw '<u4' ids), ``per_blob`` each.
+
+    Raises:
+        ValueError: A group id does not fit in 32 bits (the layout stores them as uint32).
+    """
+    if len(gids) and int(np.max(gids)) >= 2**32:
+        raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
+    hexes = np.asarray(keys, dtype=">u8").tobytes().hex()
+    raw = np.asarray(gids, dtype="<u4").tobytes()
+    return [(hexes[16 * i : 16 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
+
+
+def row_blob(rows: np.ndarray) -> str:
+    """Rows of band keys as one hex blob for BUCKET_LOOKUP."""
+    return np.ascontiguousarray(rows, dtype=">u8").tobytes().hex()

@@ -1,0 +1,506 @@
+"""RedisStorage: the storage tables of :mod:`rag_dedup.storage.bookkeeping` in Redis.
+
+Each primitive is a read through the open batch (:mod:`~rag_dedup.storage.redis.overlay`, one
+pipelined round trip at most) or a write into it; values are encoded and decoded by
+:mod:`~rag_dedup.storage.redis.keys`, which also names every key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from rag_dedup.errors import CorruptIndexError
+from rag_dedup.storage.bookkeeping import Bookkeeping, Table
+from rag_dedup.storage.redis import connection, keys, scripts
+from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
+from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
+from rag_dedup.storage.redis.lock import Clock, NamespaceLock
+from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
+
+__all__ = ["RedisStorage"]
+
+T = TypeVar("T")
+
+
+class RedisStorage(Bookkeeping):
+    """DedupIndex storage in Redis, shared by every process that opens the same URL and namespace.
+
+    Args:
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS, or ``unix://``.
+        namespace: Prefix of every key (no ``:``); two indexes on one server need two namespaces.
+        lock_timeout: Seconds the write lock lives without renewal. A holder renews it every third of
+            this while it works, so it only runs out when the holder died or stalled; other workers
+            then take over after at most this long.
+        lock_wait: Seconds to wait for the lock before raising :class:`~rag_dedup.errors.LockTimeout`.
+        connect_timeout: Seconds to wait for a TCP connection.
+        socket_timeout: Seconds to wait for a reply before the connection counts as lost.
+        allow_eviction: Accept a server whose ``maxmemory-policy`` is not ``noeviction``. By default such
+            a server is refused: it may evict the index's keys when memory runs short, and an index
+            with evicted keys gives wrong answers. (A lost namespace is still detected, see below.)
+        **options: Passed to ``redis.Redis.from_url`` (for example ``ssl_ca_certs`` for ``rediss://``).
+
+    Raises:
+        ImportError: redis-py is not installed (``pip install rag-dedup[redis]``).
+        TypeError, ValueError: A bad argument (the message says which and how to fix it).
+        RedisUnavailable: The server cannot be reached (the message names the URL, not the password).
+        RedisConfigurationError: The server may evict keys, and ``allow_eviction`` is False.
+
+    A namespace that held an index and lost its parameters or its group counter (a restart without
+    persistence, a flush, eviction) raises :class:`~rag_dedup.errors.NamespaceLost` at the next batch or
+    read, instead of answering from what is left. A namespace written in another key layout (an older
+    rag-dedup) raises :class:`~rag_dedup.errors.CorruptIndexError` when its parameters are read.
+
+    Example (needs a server; the tests start one)::
+
+        storage = RedisStorage("redis://localhost:6379/0", namespace="docs")
+        index = DedupIndex(storage=storage)
+        index = DedupIndex(storage="redis://localhost:6379/0", namespace="docs")  # the same
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str = "rag-dedup",
+        *,
+        lock_timeout: float = 30.0,
+        lock_wait: float = 120.0,
+        connect_timeout: float = 5.0,
+        socket_timeout: float | None = 30.0,
+        allow_eviction: bool = False,
+        **options: Any,
+    ) -> None:
+        connection.require_redis()
+        check_url(url)
+        if not isinstance(allow_eviction, bool):
+            raise TypeError(f"allow_eviction must be True or False, got {type(allow_eviction).__name__}")
+        if not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+        if not namespace or ":" in namespace:
+            raise ValueError(
+                f"namespace ({namespace!r}) must be a non-empty string without ':' (':' separates the "
+                "namespace from the key names); use '-' or '/' instead, e.g. 'team-corpus'"
+            )
+        for name, value in (("lock_timeout", lock_timeout), ("lock_wait", lock_wait), ("connect_timeout", connect_timeout)):
+            check_seconds(name, value)
+        if socket_timeout is not None:
+            check_seconds("socket_timeout", socket_timeout)
+        if lock_timeout < 0.1:
+            raise ValueError(f"lock_timeout ({lock_timeout}) must be at least 0.1 s; 30 s is a safe default")
+        self.url = url
+        self.namespace = namespace
+        self.lock_timeout = float(lock_timeout)
+        self.lock_wait = float(lock_wait)
+        self.connect_timeout = float(connect_timeout)
+        self.socket_timeout = None if socket_timeout is None else float(socket_timeout)
+        self.allow_eviction = allow_eviction
+        self.options = dict(options)
+        self.keys = Layout(namespace)
+        self._client = connection.connect(
+            url,
+            connect_timeout=self.connect_timeout,
+            socket_timeout=self.socket_timeout,
+            allow_eviction=allow_eviction,
+            options=self.options,
+        )
+        self._connect_round_trips = 1 if allow_eviction else 2
+        self._overlay = Overlay(
+            self._client, name=repr(self), url=url, prefix=self.keys.prefix, lock_key=self.keys.lock, guard=self.keys.meta
+        )
+        self._lock = NamespaceLock(
+            self._client, self.keys.lock, namespace=namespace, url=url, timeout=self.lock_timeout, wait=self.lock_wait
+        )
+
+    # --- counters ----------------------------------------------------------------------------
+    @property
+    def round_trips(self) -> int:
+        """Network round trips made by this object's callers (reads, the lock, commits); the lock's
+        renewal thread is counted apart, in :attr:`renewals`."""
+        return self._connect_round_trips + self._overlay.round_trips + self._lock.round_trips
+
+    @property
+    def renewals(self) -> int:
+        """Lock renewals sent while this object's batches worked."""
+        return self._lock.renewals
+
+    @property
+    def lock_wait_seconds(self) -> float:
+        """Seconds this object's callers spent waiting for another holder to release the write lock."""
+        return self._lock.wait_seconds
+
+    @property
+    def clock(self) -> Clock:
+        """Where the write lock reads time and waits (replace it to drive the lock in a test)."""
+        return self._lock.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._lock.clock = clock
+
+    # --- copies into other processes -----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Only the configuration: a copy reconnects (IngestionPipeline(num_workers=...) pickles it)."""
+        return {
+            "url": self.url,
+            "namespace": self.namespace,
+            "lock_timeout": self.lock_timeout,
+            "lock_wait": self.lock_wait,
+            "connect_timeout": self.connect_timeout,
+            "socket_timeout": self.socket_timeout,
+            "allow_eviction": self.allow_eviction,
+            "options": self.options,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        options = state.pop("options")
+        self.__init__(**state, **options)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"RedisStorage({redact(self.url)!r}, namespace={self.namespace!r})"
+
+    def close(self) -> None:
+        """Close this object's connections (a later call reconnects)."""
+        self._client.close()
+
+    # --- the lock and the batch ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the namespace's write lock; everything written inside is committed atomically at exit.
+
+        Re-entrant within a thread (an inner ``with`` joins the outer batch). If the block raises,
+        nothing it wrote reaches Redis.
+
+        Raises:
+            LockTimeout: Another worker held the lock for longer than ``lock_wait``.
+            LockLost: The lock ran out before the commit (the holder stalled for ``lock_timeout``).
+            NamespaceLost: The namespace lost its parameters or its group counter.
+            RedisUnavailable: The connection dropped; the batch was not recorded, or (if it dropped
+                during the commit itself) it may have been: retrying it is safe either way.
+        """
+        overlay = self._overlay
+        batch = overlay.batch
+        if batch is not None:
+            batch.depth += 1
+            try:
+                yield
+            finally:
+                batch.depth -= 1
+            return
+        k = self.keys
+        hold, (has_meta, has_counter, has_groups) = self._lock.acquire([k.meta, k.counter, k.hashes[Table.GROUPS]])
+        committed = False
+        try:
+            if overlay.known and not has_meta:
+                raise overlay.lost("its parameters (key meta)")
+            if has_groups and not has_counter:
+                raise overlay.lost("its group-id counter (key next-group-id) while it holds groups")
+            batch = Batch(token=hold.token)
+            overlay.batch = batch
+            yield
+            overlay.commit(batch, k.bucket_prefix, self._lock.lost_message)
+            committed = True
+        finally:
+            overlay.batch = None
+            hold.end()
+            if not committed:
+                self._lock.release(hold.token)
+
+    def _decoded(self, key: bytes, fields: Sequence[bytes], raws: Sequence[Any], decode: Callable[[Any], T]) -> list[T | None]:
+        """``decode`` each value read from ``key`` (its hash ``fields``); None stays None.
+
+        Raises:
+            CorruptIndexError: A value is not what rag-dedup writes there; names the key and field.
+        """
+        try:
+            return [None if r is None else decode(r) for r in raws]
+        except BAD_VALUE:
+            for f, r in zip(fields, raws):
+                if r is not None:
+                    try:
+                        decode(r)
+                    except BAD_VALUE as exc:
+                        raise self._overlay.corrupt(key + b"[" + f + b"]" if f else key, r, exc) from None
+            raise
+
+    # --- metadata ------------------------------------------------------------------------------
+    def load_meta(self) -> dict[str, Any] | None:
+        k, overlay = self.keys, self._overlay
+        raw, layout = overlay.get_many([k.meta, k.format])
+        if raw is None:
+            batch = overlay.batch
+            if batch is not None and batch.dropped:
+                return None
+            if overlay.known:
+                raise overlay.lost("its parameters (key meta)")
+            old = [k.prefix + name for name in OLD_LAYOUT_KEYS]
+            new, older = overlay.pipeline(lambda p: (p.exists(*k.data), p.exists(*old)))
+            if older:
+                raise self._other_layout(None)
+            if new:
+                raise overlay.lost("its parameters (key meta) but still holds data")
+            return None
+        if layout != FORMAT:
+            raise self._other_layout(layout)
+        (meta,) = self._decoded(k.meta, [b""], [raw], keys.decode_meta)
+        overlay.known = True
+        return meta
+
+    def _other_layout(self, layout: bytes | None) -> CorruptIndexError:
+        held = "key layout 1 (written by an older rag-dedup; it has no key 'format')" if layout is None else repr(layout)
+        return CorruptIndexError(
+            f"{self!r} holds an index in {held}; this rag-dedup reads key layout {LAYOUT_VERSION} only. Index the "
+            f"texts again into a new namespace, or delete this one with RedisStorage(url, namespace="
+            f"{self.namespace!r}).drop() and index again"
+        )
+
+    def save_meta(self, meta: Mapping[str, Any]) -> None:
+        with self.lock():
+            strings = self._overlay.open_batch().strings
+            strings[self.keys.meta] = json.dumps(dict(meta), sort_keys=True).encode()
+            strings[self.keys.format] = FORMAT
+            self._overlay.known = True
+
+    # --- counting and scanning -----------------------------------------------------------------
+    def item_count(self) -> int:
+        return self._overlay.hash_size(self.keys.hashes[Table.ITEMS])
+
+    def iter_keys(self) -> Iterator[str]:
+        key = self.keys.hashes[Table.ITEMS]
+        found = list(self._overlay.hscan(key))
+        return iter(self._decoded(key, found, found, keys.dec))  # type: ignore[arg-type]
+
+    # --- primitives: values --------------------------------------------------------------------
+    def _get(self, table: Table, wanted: Sequence[Any]) -> list[Any]:
+        if table is Table.COMPONENTS:
+            return self._components_of(wanted)
+        key = self.keys.hashes[table]
+        field, _, decode = CODECS[table]
+        fields = [field(k) for k in wanted]
+        return self._decoded(key, fields, self._overlay.hmget(key, fields), decode)
+
+    def _put(self, table: Table, values: Mapping[Any, Any]) -> None:
+        if table is Table.COMPONENTS:
+            self._put_components(values)
+            return
+        pending = self._overlay.open_batch().hash_of(self.keys.hashes[table])
+        field, encode, _ = CODECS[table]
+        for k, v in values.items():
+            pending[field(k)] = None if v is None else encode(v)
+
+    def _scan(self, table: Table) -> list[tuple[Any, Any]]:
+        key = self.keys.hashes[table]
+        found = self._overlay.hscan(key)
+        fields = list(found)
+        names = self._decoded(key, fields, fields, keys.FIELD_DECODERS[table])
+        values = self._decoded(key, fields, [found[f] for f in fields], CODECS[table][2])
+        return list(zip(names, values))
+
+    # --- primitives: sets ----------------------------------------------------------------------
+    def _add(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
+        batch, set_key = self._overlay.open_batch(), self.keys.set_key
+        for owner, member in pairs:
+            batch.set_of(set_key(table, owner))[keys.enc(member)] = True
+
+    def _discard(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
+        batch, set_key = self._overlay.open_batch(), self.keys.set_key
+        for owner, member in pairs:
+            batch.set_of(set_key(table, owner))[keys.enc(member)] = False
+
+    def _clear(self, table: Table, owners: Sequence[Any]) -> None:
+        batch = self._overlay.open_batch()
+        for owner in owners:
+            batch.clear_set(self.keys.set_key(table, owner))
+
+    def _members(self, table: Table, owners: Sequence[Any]) -> list[list[str]]:
+        """Sorted (MemoryStorage keeps insertion order; sorted lists are the same in every worker)."""
+        set_keys = [self.keys.set_key(table, o) for o in owners]
+        out = []
+        for key, members in zip(set_keys, self._overlay.smembers_many(set_keys)):
+            found = list(members)
+            out.append(sorted(self._decoded(key, found, found, keys.dec)))  # type: ignore[type-var]
+        return out  # type: ignore[return-value]
+
+    # --- primitives: groups and buckets --------------------------------------------------------
+    def _new_group_ids(self, n: int) -> list[int]:
+        # Ids are handed out at once (not at commit), so two workers never share one; a failed batch
+        # leaves a gap in the numbering, which nothing depends on.
+        batch = self._overlay.open_batch()
+        what = "in the middle of a batch; nothing of it was recorded, retry it"
+        last = int(self._overlay.call(what, "INCRBY", self.keys.counter, n))
+        if batch.dropped:  # the commit deletes the namespace's counter first: write it back after that
+            batch.strings[self.keys.counter] = b"%d" % last
+        return list(range(last - n, last))
+
+    def _file(self, gids: Sequence[int], band_keys: np.ndarray) -> None:
+        self._overlay.open_batch().file(gids, band_keys)
+
+    def _unfile(self, gid: int, band_keys: np.ndarray) -> None:
+        self._overlay.open_batch().unfile(gid, np.asarray(band_keys, dtype=np.uint64).reshape(-1).tolist())
+
+    def query_bands(self, band_keys: np.ndarray) -> list[set[int]]:
+        rows, gids = self.query_band_pairs(band_keys)
+        out: list[set[int]] = [set() for _ in range(len(band_keys))]
+        for row, gid in zip(rows.tolist(), gids.tolist()):
+            out[row].add(gid)
+        return out
+
+    def query_band_pairs(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.ascontiguousarray(band_keys, dtype=np.uint64)
+        if rows.ndim != 2:
+            raise ValueError(f"band_keys must be an (n, b) array, got shape {rows.shape}")
+        n, b = rows.shape
+        batch = self._overlay.batch
+        row_parts: list[np.ndarray] = []
+        gid_parts: list[np.ndarray] = []
+        if n and b and (batch is None or not batch.dropped):
+            # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
+            # removals; every other row comes back as the concatenation of its buckets.
+            rems = batch.unfiled if batch is not None else {}
+            flat = rows.reshape(-1).tolist() if rems else []
+            apart = [i for i in range(n) if rems and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
+            together = np.setdiff1d(np.arange(n), apart) if apart else np.arange(n)
+            per_call = max(1, CHUNK // b)
+            parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
+            singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
+            prefix = self.keys.bucket_prefix
+
+            def build(p: Any) -> None:
+                for part in parts:
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b, 0)
+                if len(singles):
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1, 1)
+
+            replies = self._overlay.pipeline(build)
+            for part, reply in zip(parts, replies):
+                found = self._bucket_ids(reply)
+                row_parts.append(np.repeat(part, [len(v) >> 2 for v in reply]))
+                gid_parts.append(found)
+            if len(singles):
+                values = replies[len(parts)]
+                for j, (k, value) in enumerate(zip(singles.tolist(), values)):
+                    found = self._bucket_ids([value])
+                    gone = rems.get(k)
+                    if gone:
+                        found = found[~np.isin(found, np.fromiter(gone, dtype=np.int64, count=len(gone)))]
+                    row_parts.append(np.full(len(found), apart[j // b], dtype=np.int64))
+                    gid_parts.append(found)
+        if batch is not None and batch.filed_keys:
+            adds = batch.filed_index()
+            hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
+            row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
+            gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
+        if not row_parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        # Group ids are uint32: (row, gid) packs into one int64 that sorts the same way.
+        pairs = np.unique((np.concatenate(row_parts).astype(np.int64) << 32) | np.concatenate(gid_parts).astype(np.int64))
+        return pairs >> 32, pairs & 0xFFFFFFFF
+
+    def _bucket_ids(self, values: Sequence[bytes]) -> np.ndarray:
+        """The group ids of buckets (or of rows of buckets) read back, as one int64 array."""
+        for v in values:
+            if len(v) % 4:
+                raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", v, ValueError("not whole '<u4' group ids"))
+        return np.frombuffer(b"".join(values), dtype="<u4").astype(np.int64)
+
+    # --- components: group id -> component id -> packed members --------------------------------
+    def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
+        out = super().component_members(gids)
+        self._read_ahead(sorted({g for comp in out for g in comp}))
+        return out
+
+    def _components_of(self, gids: Sequence[int]) -> list[frozenset[int] | None]:
+        key = self.keys.hashes[Table.COMPONENTS]
+        cids = self._overlay.hmget(key, [keys.gid_field(g) for g in gids])
+        comps = self._component_lists(sorted({c for c in cids if c is not None}))
+        out: list[frozenset[int] | None] = []
+        for gid, cid in zip(gids, cids):
+            if cid is None:
+                out.append(None)
+                continue
+            members = comps[cid]
+            if members is None:
+                raise CorruptIndexError(f"{self!r} is inconsistent: group {gid} names component {cid!r}, which is missing")
+            out.append(members)
+        return out
+
+    def _put_components(self, values: Mapping[int, frozenset[int] | None]) -> None:
+        batch = self._overlay.open_batch()
+        key = self.keys.hashes[Table.COMPONENTS]
+        fields = [keys.gid_field(g) for g in values]
+        olds = self._overlay.hmget(key, fields)
+        comp_of = batch.hash_of(key)
+        packed: dict[int, bytes] = {}  # id(component) -> its id: a component's members share one object
+        fresh: set[bytes] = set()
+        for f, old, comp in zip(fields, olds, values.values()):
+            if comp is None:
+                if old is not None:
+                    comp_of[f] = None
+                continue
+            cid = packed.get(id(comp))
+            if cid is None:
+                cid, blob = keys.encode_component(comp)
+                batch.strings[self.keys.component(cid)] = blob
+                packed[id(comp)] = cid
+            comp_of[f] = cid
+            fresh.add(cid)
+        self._collect_components({o for o in olds if o is not None} | fresh)
+
+    def _collect_components(self, cids: set[bytes]) -> None:
+        """Delete the member lists of components that no group points at any more."""
+        if not cids:
+            return
+        batch = self._overlay.open_batch()
+        members = {c: m for c, m in self._component_lists(sorted(cids)).items() if m is not None}
+        every = sorted({g for gs in members.values() for g in gs})
+        key = self.keys.hashes[Table.COMPONENTS]
+        points = dict(zip(every, self._overlay.hmget(key, [keys.gid_field(g) for g in every])))
+        for cid, gs in members.items():
+            if not any(points[g] == cid for g in gs):
+                batch.strings[self.keys.component(cid)] = None
+
+    def _component_lists(self, cids: Sequence[bytes]) -> dict[bytes, frozenset[int] | None]:
+        """The member group ids of each component id (None where its key is missing)."""
+        names = [self.keys.component(c) for c in cids]
+        out: dict[bytes, frozenset[int] | None] = {}
+        for cid, key, raw in zip(cids, names, self._overlay.get_many(names)):
+            out[cid] = self._decoded(key, [b""], [raw], keys.decode_component)[0]
+        return out
+
+    def _read_ahead(self, gids: Sequence[int]) -> None:
+        """Inside a batch, fetch what the index reads next about these groups, a few round trips in all.
+
+        After asking for components, the index reclusters them: it reads each group's keys and
+        shingles, the keys' records and cluster entries, and their representatives' member lists,
+        one component at a time. Fetching all of it here turns a round trip per component into three
+        for the batch; the reads that follow are served from the batch's cache.
+        """
+        overlay = self._overlay
+        batch = overlay.batch
+        if batch is None or batch.dropped or not gids:
+            return
+        h = self.keys.hashes
+        groups = h[Table.GROUPS]
+        member_keys = [self.keys.set_key(Table.GROUP_ITEMS, g) for g in gids]
+        fields = overlay.unseen(groups, [keys.gid_field(g) for g in gids])
+        overlay.fetch(hashes={groups: fields} if fields else {}, sets=overlay.unread_sets(member_keys))
+        item_keys = sorted({k for ks in overlay.smembers_many(member_keys) for k in ks})
+        wanted = {t: overlay.unseen(t, item_keys) for t in (h[Table.ITEMS], h[Table.CLUSTER_OF])}
+        overlay.fetch(hashes={t: fs for t, fs in wanted.items() if fs})
+        cluster_of = h[Table.CLUSTER_OF]
+        entries = self._decoded(cluster_of, item_keys, overlay.hmget(cluster_of, item_keys), keys.decode_cluster_entry)
+        reps = overlay.unseen(h[Table.CLUSTERS], sorted({keys.enc(e[0]) for e in entries if e is not None}))
+        if reps:
+            overlay.fetch(hashes={h[Table.CLUSTERS]: reps})
+
+    # --- dropping ------------------------------------------------------------------------------
+    def drop(self) -> None:
+        """Delete the namespace (all its keys but the lock, by SCAN and UNLINK in batches) at commit."""
+        with self.lock():
+            self._overlay.open_batch().drop_all()
+            self._overlay.known = False  # a deliberate drop: an empty namespace is new again
