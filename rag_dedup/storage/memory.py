@@ -8,7 +8,7 @@ sets per bucket, as in datasketch's in-memory LSH, cost several kilobytes a chun
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -333,6 +333,20 @@ class MemoryStorage(Storage):
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
         get = self.component_of.get
         return [get(g) or frozenset((g,)) for g in gids]
+
+    def component_ids(self, gids: Sequence[int]) -> list[Hashable]:
+        least: dict[int, int] = {}  # by the identity of a component's shared frozenset: one min() each
+        out: list[Hashable] = []
+        for g in gids:
+            comp = self.component_of.get(g)
+            if comp is None:
+                out.append(g)
+            else:
+                found = least.get(id(comp))
+                if found is None:
+                    found = least[id(comp)] = min(comp)
+                out.append(found)
+        return out
 
     def set_components(self, components: Sequence[Collection[int]]) -> None:
         for comp in components:

@@ -68,7 +68,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -1032,6 +1032,10 @@ class RedisStorage(Storage):
             out.append(frozenset(members))
         self._read_ahead(sorted({g for comp in out for g in comp}))
         return out
+
+    def component_ids(self, gids: Sequence[int]) -> list[Hashable]:
+        cids = self._hmget(self._prefix + b"comp", [b"%d" % g for g in gids])
+        return [gid if cid is None else cid for gid, cid in zip(gids, cids)]  # cid: bytes, never an int
 
     @_writes
     def set_components(self, components: Sequence[Collection[int]]) -> None:
