@@ -33,8 +33,8 @@ Example:
     >>> m.kind, m.duplicate_of, m.cluster_size
     ('exact', 'mit-1', 2)
     >>> m = index.add("mit-3", text + ", including without limitation")  # the longest text represents
-    >>> m.kind, m.duplicate_of, m.cluster_size
-    ('near', None, 3)
+    >>> m.kind, m.duplicate_of, m.cluster_size, m.displaced
+    ('near', None, 3, 'mit-1')
     >>> m = index.match("mit-1")  # "exact": mit-2 has its canonical text
     >>> m.kind, m.duplicate_of, round(m.similarity, 3)
     ('exact', 'mit-3', 0.815)
@@ -49,7 +49,7 @@ import gc
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -106,6 +106,13 @@ class Match(NamedTuple):
             another member has the same canonical text, ``"near"`` otherwise (a representative too:
             it stands for near-duplicates).
         cluster_size: The number of items in the cluster (1 for ``"unique"``).
+        displaced: In a Match returned by :meth:`~DedupIndex.add`, :meth:`~DedupIndex.add_many` or
+            :meth:`~DedupIndex.update`: the key that represented this cluster's earlier members
+            (those already in the index before the call) and no longer does, because the call changed
+            the representative (the item itself took over, or another member did); when the earlier
+            members came from several clusters, the representative of most of them (ties: the
+            smallest key). None when the representative did not change, for a cluster of one, and
+            always in a Match from :meth:`~DedupIndex.match` or :meth:`~DedupIndex.matches`.
     """
 
     key: str
@@ -115,6 +122,7 @@ class Match(NamedTuple):
     similarity: float
     kind: Kind
     cluster_size: int
+    displaced: str | None = None
 
 
 class _Item(NamedTuple):
@@ -280,8 +288,9 @@ class DedupIndex:
                 first to replace it). Adding an identical item again is a no-op.
         """
         item = _parse_item(key, text, source, authority, first_seen, where="")
-        self._add_batch([item])
-        return self.matches([key])[0]
+        previous: dict[str, str] = {}
+        self._add_batch([item], previous)
+        return self._matches([key], previous, {key})[0]
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -302,8 +311,10 @@ class DedupIndex:
         The cyclic garbage collector is paused while this runs and restored afterwards.
         """
         parsed = _parse_many(items)
-        self._add_parsed(parsed)
-        return self.matches([item.key for item in parsed])
+        previous: dict[str, str] = {}
+        self._add_parsed(parsed, previous)
+        keys = [item.key for item in parsed]
+        return self._matches(keys, previous, set(keys))
 
     def update(
         self, items: Iterable[tuple[str, str] | Mapping[str, Any]], remove: Iterable[str] = ()
@@ -362,10 +373,11 @@ class DedupIndex:
                 # are applied (a single batch hashes everything before it writes).
                 for item in written:
                     canonical_digest(item.text)
+            previous: dict[str, str] = {}
             for key in gone:
-                self.remove(key)
-            self._add_parsed(written)
-            return self.matches([item.key for item in parsed]), len(written)
+                self._remove(key, previous)
+            self._add_parsed(written, previous)
+            return self._matches([item.key for item in parsed], previous, {item.key for item in written}), len(written)
 
     def _add_parsed(self, parsed: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         """Add checked items in batches (see :meth:`add_many`); ``previous`` as for :meth:`_link_and_recluster`."""
@@ -762,10 +774,20 @@ class DedupIndex:
         return found
 
     def matches(self, keys: Sequence[str]) -> list[Match]:
-        """Where each key stands now (see :class:`Match`).
+        """Where each key stands now (see :class:`Match`; ``displaced`` is None here).
 
         Raises:
             KeyError: A key is not in the index.
+        """
+        return self._matches(keys)
+
+    def _matches(
+        self, keys: Sequence[str], previous: Mapping[str, str] | None = None, added: Collection[str] = ()
+    ) -> list[Match]:
+        """:meth:`matches`, with ``displaced`` filled in after a call that changed the index.
+
+        ``previous`` maps each key the call reclustered or removed around to the representative it
+        had before the call (:meth:`_link_and_recluster`); ``added`` holds the keys the call wrote.
         """
         storage = self.storage
         records = storage.get_items(keys)
@@ -774,19 +796,26 @@ class DedupIndex:
                 raise KeyError(f"{key!r} is not in the index")
         entries = storage.get_clusters(keys)
         reps = sorted({e[0] for e in entries if e is not None})
-        size_of = {rep: len(found) for rep, found in zip(reps, storage.cluster_members(reps))}
+        found_of = dict(zip(reps, storage.cluster_members(reps)))
+        size_of = {rep: len(found) for rep, found in found_of.items()}
         gids = sorted({rec.gid for rec, e in zip(records, entries) if e is not None})  # type: ignore[union-attr]
         copies_of = {g: len(found) for g, found in zip(gids, storage.group_items(gids))}
+        displaced: dict[str, str | None] = {}
+        if previous is not None:
+            for rep, found in found_of.items():
+                before = Counter(previous.get(k, rep) for k, _ in found if k not in added)
+                most = min(before.items(), key=lambda kc: (-kc[1], kc[0]))[0] if before else rep
+                displaced[rep] = None if most == rep else most
         make = tuple.__new__  # Match(...) without the keyword-handling constructor (hot path)
         out = []
         for key, rec, entry in zip(keys, records, entries):
             if entry is None:
-                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1)))
+                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1, None)))
                 continue
             rep, sim = entry
             size = size_of[rep]
             kind = "unique" if size == 1 else "exact" if copies_of[rec.gid] > 1 else "near"  # type: ignore[union-attr]
-            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size)))
+            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size, displaced.get(rep))))
         return out
 
     def match(self, key: str) -> Match:
