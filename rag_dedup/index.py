@@ -503,7 +503,7 @@ class DedupIndex:
             probes.extend((x, t) for x in new for t in targets if x != t)
             prepared.append((old, new, nodes, heads))
         self._verify(probes, node_of, shingles, uf, verified)
-        apart: list[tuple[int, int]] = []
+        apart: list[tuple[int, int, int]] = []  # (rank among the partners of its first group, pair)
         for old, new, nodes, heads in prepared:
             roots = {n: find(n) for n in heads}
             new_roots = [find(g) for g in new]
@@ -517,9 +517,15 @@ class DedupIndex:
             parts = list(by_root.values())
             for i, (a_old, a_new) in enumerate(parts):
                 for b_old, b_new in parts[i + 1 :]:
-                    apart.extend((x, y) for x in a_new for y in (*b_old, *b_new))
-                    apart.extend((x, y) for x in a_old for y in b_new)
-        self._verify(apart, node_of, shingles, uf, verified)
+                    b_all = (*b_old, *b_new)
+                    for x in a_new:
+                        apart.extend((rank, x, y) for rank, y in enumerate(b_all))
+                    for x in a_old:
+                        apart.extend((rank, x, y) for rank, y in enumerate(b_new))
+        # Each group's first partner first, then its second...: a block then holds one try for many
+        # groups rather than every try for a few, and the blocks after it skip what it joined.
+        apart.sort(key=lambda rxy: rxy[0])
+        self._verify(((x, y) for _, x, y in apart), node_of, shingles, uf, verified)
 
     def _verify(
         self,
@@ -531,7 +537,8 @@ class DedupIndex:
     ) -> None:
         """Verify candidate pairs of groups with their exact Jaccard, a block at a time; join those >= threshold.
 
-        Pairs already in ``verified``, or whose groups ``uf`` already joins, are skipped; shingle sets
+        Pairs are taken in the order given; those already in ``verified``, or whose groups ``uf`` joins
+        when their block starts, are skipped; shingle sets
         not in ``shingles`` are read from the storage (and kept there).
 
         Before the exact Jaccard, :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair
@@ -550,7 +557,7 @@ class DedupIndex:
         def node(g: int) -> Any:
             return node_of.get(g, g)
 
-        todo = sorted({(a, b) if a < b else (b, a) for a, b in pairs} - verified)
+        todo = [pair for pair in dict.fromkeys((a, b) if a < b else (b, a) for a, b in pairs) if pair not in verified]
         for lo in range(0, len(todo), _VERIFY_BLOCK):
             block = [(a, b) for a, b in todo[lo : lo + _VERIFY_BLOCK] if find(node(a)) != find(node(b))]
             if not block:
