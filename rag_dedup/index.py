@@ -497,6 +497,9 @@ class DedupIndex:
         probes: list[tuple[int, int]] = []
         prepared = []
         for old, new in buckets:
+            if len(old) + len(new) == 2:  # the most common bucket: its one pair is its probe, and all
+                probes.append((new[0], old[0] if old else new[1]))
+                continue
             nodes = [node_of[g] for g in old]
             heads = dict(zip(reversed(nodes), reversed(old)))  # each old node's first group in the bucket
             targets = list(heads.values()) if old else new[:1]
