@@ -13,6 +13,10 @@ How a text is placed:
    at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
    (from bucket counts of the two sets, :func:`~rag_dedup.similarity.jaccard_upper_bounds`) is below
    the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
+   Only the components of the verified pairs matter, so a pair whose groups are already joined is not
+   verified, nor a pair of two stored groups (settled when the later was added); a new group is first
+   tried against one member of each stored component in its bucket (:meth:`DedupIndex._link`), which
+   keeps a family of n near-identical texts at a few verifications a text instead of n²/2 pairs.
 4. **Clusters.** Connected components of the edge graph are cut into clusters around centers chosen
    by coverage (:func:`~rag_dedup.clusters.cluster_component`): a cluster is its center and every
    group at least ``drift_floor``-similar to it, and its representative is the policy's choice among
