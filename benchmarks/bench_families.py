@@ -19,13 +19,15 @@ Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20
    ``kind="exact"`` and in their original's cluster.
 3. **A big family.** One real licence (the MIT licence, from a licence file on this machine) under 500 / 5,000 / 20,000 different copyright lines (real holder names and years from the
    Debian copyright files), each size in a fresh subprocess: the time of ``add_many`` and the peak
-   resident memory (VmHWM); then the time of one more ``add`` into the family (incremental cost).
+   resident memory (VmHWM); then the time of one more ``add`` into the family (incremental cost) and of
+   its ``remove``; per-variant cost, memory and the one ``add`` as ratios to the smallest family.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import random
 import re
 import subprocess
@@ -256,7 +258,8 @@ def vm_hwm_kb() -> int:
 
 
 def one_family(n: int) -> None:
-    """In this (fresh) process: add a family of ``n`` and one more variant; print one line."""
+    """In this (fresh) process: add a family of ``n``, one more variant, and remove it; print one line
+    and, last, a ``RESULT`` line of JSON for the parent's ratios."""
     items = family(n + 1)
     index = DedupIndex(threshold=THRESHOLD)
     t0 = time.perf_counter()
@@ -266,18 +269,38 @@ def one_family(n: int) -> None:
     t0 = time.perf_counter()
     m = index.add(*items[n])
     one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.remove(items[n][0])
+    gone = time.perf_counter() - t0
     clusters = sum(1 for _ in index.clusters())
     print(
         f"   {n:>7,} variants: add_many {seconds:7.2f}s ({seconds / n * 1e6:6.0f} us/variant), peak RSS {hwm / 1024:7.1f} MB,"
-        f" {clusters} cluster(s); one more add() {one * 1e3:7.1f} ms (kind {m.kind!r}, cluster of {m.cluster_size:,})"
+        f" {clusters} cluster(s); one more add() {one * 1e3:7.1f} ms (kind {m.kind!r}, cluster of {m.cluster_size:,},"
+        f" displaced {m.displaced!r}), its remove() {gone * 1e3:7.1f} ms"
     )
+    print("RESULT " + json.dumps({"n": n, "us": seconds / n * 1e6, "mb": hwm / 1024, "add_ms": one * 1e3, "remove_ms": gone * 1e3}))
 
 
 def big_families(sizes: list[int]) -> None:
     holders, years = holders_and_years()
     print(f"\n== 3. one big family: the MIT licence under real copyright lines ({len(holders):,} holders, {len(years):,} year spans), a fresh process per size")
+    results = []
     for n in sizes:
-        subprocess.run([sys.executable, __file__, "--one-family", str(n)], check=True)
+        run = subprocess.run([sys.executable, __file__, "--one-family", str(n)], check=True, capture_output=True, text=True)
+        for row in run.stdout.splitlines():
+            if row.startswith("RESULT "):
+                results.append(json.loads(row[len("RESULT ") :]))
+            else:
+                print(row)
+    base = results[0]
+
+    def ratios(field: str) -> str:
+        return " / ".join(f"x{r[field] / base[field]:.2f}" for r in results)
+
+    print(
+        f"   baseline the {base['n']:,}-variant family, for families " + " / ".join(f"x{r['n'] / base['n']:g}" for r in results)
+        + f": cost a variant {ratios('us')}, peak RSS {ratios('mb')}, one add() {ratios('add_ms')}, its remove() {ratios('remove_ms')}"
+    )
 
 
 def main() -> None:

@@ -117,8 +117,16 @@ def pooled_jaccard(sets: Sequence[np.ndarray]) -> np.ndarray:
     sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=n)
     if n < 2 or not sizes.any():
         return out
-    _, inverse, counts = np.unique(np.concatenate(sets), return_inverse=True, return_counts=True)
-    shared = np.concatenate(([0], np.cumsum(counts[inverse] - 1)))
+    # n_s for every element of every set: sort once, measure the runs of equal hashes, scatter back
+    # (a stable sort: the sets are sorted runs, which it merges; near-identical sets defeat quicksort).
+    flat = np.concatenate(sets)
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    runs = np.diff(np.append(starts, len(ordered)))
+    held = np.empty(len(flat), dtype=np.int64)
+    held[order] = np.repeat(runs, runs)
+    shared = np.concatenate(([0], np.cumsum(held - 1)))
     ends = np.cumsum(sizes)
     inter = shared[ends] - shared[ends - sizes]
     union = (n - 2) * sizes + int(sizes.sum()) - inter

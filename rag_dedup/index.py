@@ -13,6 +13,10 @@ How a text is placed:
    at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
    (from bucket counts of the two sets, :func:`~rag_dedup.similarity.jaccard_upper_bounds`) is below
    the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
+   Only the components of the verified pairs matter, so a pair whose groups are already joined is not
+   verified, nor a pair of two stored groups (settled when the later was added); a new group is first
+   tried against one member of each stored component in its bucket (:meth:`DedupIndex._link`), which
+   keeps a family of n near-identical texts at a few verifications a text instead of n²/2 pairs.
 4. **Clusters.** Connected components of the edge graph are cut into clusters around centers chosen
    by coverage (:func:`~rag_dedup.clusters.cluster_component`): a cluster is its center and every
    group at least ``drift_floor``-similar to it, and its representative is the policy's choice among
@@ -33,8 +37,8 @@ Example:
     >>> m.kind, m.duplicate_of, m.cluster_size
     ('exact', 'mit-1', 2)
     >>> m = index.add("mit-3", text + ", including without limitation")  # the longest text represents
-    >>> m.kind, m.duplicate_of, m.cluster_size
-    ('near', None, 3)
+    >>> m.kind, m.duplicate_of, m.cluster_size, m.displaced
+    ('near', None, 3, 'mit-1')
     >>> m = index.match("mit-1")  # "exact": mit-2 has its canonical text
     >>> m.kind, m.duplicate_of, round(m.similarity, 3)
     ('exact', 'mit-3', 0.815)
@@ -49,7 +53,7 @@ import gc
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -106,6 +110,13 @@ class Match(NamedTuple):
             another member has the same canonical text, ``"near"`` otherwise (a representative too:
             it stands for near-duplicates).
         cluster_size: The number of items in the cluster (1 for ``"unique"``).
+        displaced: In a Match returned by :meth:`~DedupIndex.add`, :meth:`~DedupIndex.add_many` or
+            :meth:`~DedupIndex.update`: the key that represented this cluster's earlier members
+            (those already in the index before the call) and no longer does, because the call changed
+            the representative (the item itself took over, or another member did); when the earlier
+            members came from several clusters, the representative of most of them (ties: the
+            smallest key). None when the representative did not change, for a cluster of one, and
+            always in a Match from :meth:`~DedupIndex.match` or :meth:`~DedupIndex.matches`.
     """
 
     key: str
@@ -115,6 +126,7 @@ class Match(NamedTuple):
     similarity: float
     kind: Kind
     cluster_size: int
+    displaced: str | None = None
 
 
 class _Item(NamedTuple):
@@ -280,8 +292,9 @@ class DedupIndex:
                 first to replace it). Adding an identical item again is a no-op.
         """
         item = _parse_item(key, text, source, authority, first_seen, where="")
-        self._add_batch([item])
-        return self.matches([key])[0]
+        previous: dict[str, str] = {}
+        self._add_batch([item], previous)
+        return self._matches([key], previous, {key})[0]
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -302,8 +315,10 @@ class DedupIndex:
         The cyclic garbage collector is paused while this runs and restored afterwards.
         """
         parsed = _parse_many(items)
-        self._add_parsed(parsed)
-        return self.matches([item.key for item in parsed])
+        previous: dict[str, str] = {}
+        self._add_parsed(parsed, previous)
+        keys = [item.key for item in parsed]
+        return self._matches(keys, previous, set(keys))
 
     def update(
         self, items: Iterable[tuple[str, str] | Mapping[str, Any]], remove: Iterable[str] = ()
@@ -362,13 +377,14 @@ class DedupIndex:
                 # are applied (a single batch hashes everything before it writes).
                 for item in written:
                     canonical_digest(item.text)
+            previous: dict[str, str] = {}
             for key in gone:
-                self.remove(key)
-            self._add_parsed(written)
-            return self.matches([item.key for item in parsed]), len(written)
+                self._remove(key, previous)
+            self._add_parsed(written, previous)
+            return self._matches([item.key for item in parsed], previous, {item.key for item in written}), len(written)
 
-    def _add_parsed(self, parsed: Sequence[_Item]) -> None:
-        """Add checked items in batches (see :meth:`add_many`)."""
+    def _add_parsed(self, parsed: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
+        """Add checked items in batches (see :meth:`add_many`); ``previous`` as for :meth:`_link_and_recluster`."""
         # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
         # allocates many small objects that cannot form cycles, and each collection they trigger
         # would walk the caller's whole heap (all their nodes and documents) again: 15-20% of the time.
@@ -378,13 +394,13 @@ class DedupIndex:
             start = 0
             while start < len(parsed):
                 size = _batch_size(len(self))
-                self._add_batch(parsed[start : start + size])
+                self._add_batch(parsed[start : start + size], previous)
                 start += size
         finally:
             if paused:
                 gc.enable()
 
-    def _add_batch(self, items: Sequence[_Item]) -> None:
+    def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         storage = self.storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
         all_sets, digests = shingles_and_digests(
@@ -421,11 +437,11 @@ class DedupIndex:
             fresh = [i for i, d in enumerate(unique) if d in wanted]
             fresh_sets = [sets[i] for i in fresh]
             fresh_keys = band_keys[fresh]
-            # Candidates among stored groups (asked before the new ones are filed, so a group does not
-            # find itself), then among the new groups themselves.
-            rows, stored = storage.query_band_pairs(fresh_keys)
+            # The buckets of the new groups, each once, with the stored groups in them (asked before the
+            # new ones are filed, so a group does not find itself).
+            slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
             new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
-            candidates, fetched = self._plausible(fresh_sets, new_gids, rows, stored, _shared_pairs(fresh_keys))
+            buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
             new_record = tuple.__new__
             records = {
@@ -439,136 +455,193 @@ class DedupIndex:
             shingles = dict(zip(new_gids, fresh_sets))
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
-            self._link_and_recluster(touched, candidates, shingles, fresh_items=records, fetched=fetched)
+            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous)
 
-    def _plausible(
-        self,
-        fresh_sets: Sequence[np.ndarray],
-        new_gids: Sequence[int],
-        rows: np.ndarray,
-        stored: np.ndarray,
-        among_new: tuple[np.ndarray, np.ndarray],
-    ) -> tuple[dict[int, set[int]], dict[int, np.ndarray]]:
-        """The LSH candidate pairs of new groups that may reach the threshold, and the stored shingles read.
+    def _lookup_buckets(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The stored groups of every bucket of ``band_keys`` (an ``(n, b)`` array), each bucket asked once.
 
-        LSH proposes every pair that shares a band, and on real text most of them share little else
-        (licence boilerplate, changelog lines): at 21 bands of 6 rows a pair with J = 0.5 is a
-        candidate with probability 0.28, and the number of such neighbours of a new text grows with
-        the index. :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair an upper bound of
-        its exact Jaccard from bucket counts, in bulk; a pair whose bound is below the threshold has
-        an exact Jaccard below it too and is dropped here. This is a bound, not an estimate: no pair
-        with J >= threshold is ever dropped, so the edges (and the clusters) are those of verifying
-        every candidate exactly, which :meth:`_link_and_recluster` still does for the pairs kept.
-
-        Why not the MinHash estimate: it is binomial, with standard deviation sqrt(J(1-J)/num_perm)
-        (0.035 at J = 0.8, 128 permutations), so any cut below the threshold drops a true pair with
-        some probability; and the stored groups keep no signature (128 x 4 bytes a group would break
-        the 2 KB-a-chunk memory budget). On 180-word real chunks the bound drops every candidate with
-        J < 0.7 and ~97% of those below 0.8, which is what the estimate would have been used for.
-
-        Args:
-            fresh_sets: The shingle sets of the new groups.
-            new_gids: Their group ids.
-            rows, stored: Candidate pairs among stored groups: new group ``new_gids[rows[i]]`` and
-                stored group ``stored[i]`` (from :meth:`Storage.query_band_pairs`).
-            among_new: Candidate pairs among the new groups, as two arrays of row numbers.
-
-        Returns:
-            ``{new gid: {candidate gids}}`` for the pairs kept, and the shingle sets of the stored
-            groups kept, by group id.
+        Returns ``slot`` (for each entry of ``band_keys.reshape(-1)``, the number of its distinct key)
+        and the pairs ``(bucket_rows, bucket_gids)``: distinct key number and a stored group filed under
+        it. A family of near-identical texts fills a few buckets with most of its groups; asking each
+        bucket once costs the bucket's size, where asking per new group would cost it once per group.
         """
-        olds = np.unique(stored)
-        old_sets = self.storage.group_shingles(olds.tolist())
-        # Only new groups with a candidate take part (most have none): renumber them 0..n-1.
-        news = np.unique(np.concatenate((rows, *among_new)))
-        n = len(news)
-        left = np.searchsorted(news, np.concatenate((rows, among_new[0])))
-        right = np.concatenate((n + np.searchsorted(olds, stored), np.searchsorted(news, among_new[1])))
-        sets = [fresh_sets[i] for i in news.tolist()]
-        sets.extend(old_sets)
-        keep = jaccard_upper_bounds(sets, left, right) >= self.threshold
-        gid_of_row = np.concatenate((np.asarray(new_gids, dtype=np.int64)[news], olds))
-        new_gid_set = set(new_gids)
-        candidates: dict[int, set[int]] = {}
-        for g, c in zip(gid_of_row[left[keep]].tolist(), gid_of_row[right[keep]].tolist()):
-            candidates.setdefault(g, set()).add(c)
-            if c in new_gid_set:  # both new: each is the other's candidate, as LSH proposed
-                candidates.setdefault(c, set()).add(g)
-        wanted = set(right[keep][right[keep] >= n].tolist())
-        fetched = {int(olds[i - n]): old_sets[i - n] for i in wanted}
-        return candidates, fetched
+        keys, slot = np.unique(band_keys.reshape(-1), return_inverse=True)
+        bucket_rows, bucket_gids = self.storage.query_band_pairs(keys[:, None])
+        return slot.reshape(-1), bucket_rows, bucket_gids
 
     def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
         b, r = self.bands
         return lsh.band_keys(self._hasher.signatures(sets), b, r)
 
+    def _link(
+        self,
+        buckets: Sequence[tuple[list[int], list[int]]],
+        node_of: Mapping[int, Any],
+        shingles: dict[int, np.ndarray],
+        uf: UnionFind[Any],
+    ) -> None:
+        """Join in ``uf`` every pair of groups that shares a bucket and has J >= threshold: the edges.
+
+        Each bucket is ``(old, new)``: groups whose pairs among themselves are already settled (stored
+        groups: their pairs were verified when the later of the two was added, so their components
+        are stored, ``node_of[g]`` naming each one), and groups whose pairs are not. ``uf`` holds one
+        element per node: ``node_of[g]`` for an old group, the group id itself otherwise.
+
+        The components are those of verifying every candidate pair: a pair is skipped only when its
+        two groups are already joined (it cannot change a component) or when both are old (settled).
+        What is bounded is the order. First every new group of a bucket is verified against one
+        member of each old component in it (or, with none, against the bucket's first new group):
+        in a family of n near-identical texts that joins the family with ~n verifications. Then,
+        bucket by bucket, only the pairs across what is still apart are listed and verified, a block
+        at a time (a block skips the pairs the blocks before it joined). A pair is verified once,
+        however many buckets it shares.
+        """
+        find = uf.find
+        verified: set[tuple[int, int]] = set()
+        probes: list[tuple[int, int]] = []
+        prepared = []
+        for old, new in buckets:
+            if len(old) + len(new) == 2:  # the most common bucket: its one pair is its probe, and all
+                probes.append((new[0], old[0] if old else new[1]))
+                continue
+            nodes = [node_of[g] for g in old]
+            heads = dict(zip(reversed(nodes), reversed(old)))  # each old node's first group in the bucket
+            targets = list(heads.values()) if old else new[:1]
+            probes.extend((x, t) for x in new for t in targets if x != t)
+            prepared.append((old, new, nodes, heads))
+        self._verify(probes, node_of, shingles, uf, verified)
+        apart: list[tuple[int, int, int]] = []  # (rank among the partners of its first group, pair)
+        for old, new, nodes, heads in prepared:
+            roots = {n: find(n) for n in heads}
+            new_roots = [find(g) for g in new]
+            if len({*roots.values(), *new_roots}) < 2:
+                continue
+            by_root: dict[Any, tuple[list[int], list[int]]] = {}
+            for g, n in zip(old, nodes):
+                by_root.setdefault(roots[n], ([], []))[0].append(g)
+            for g, r in zip(new, new_roots):
+                by_root.setdefault(r, ([], []))[1].append(g)
+            parts = list(by_root.values())
+            for i, (a_old, a_new) in enumerate(parts):
+                for b_old, b_new in parts[i + 1 :]:
+                    b_all = (*b_old, *b_new)
+                    for x in a_new:
+                        apart.extend((rank, x, y) for rank, y in enumerate(b_all))
+                    for x in a_old:
+                        apart.extend((rank, x, y) for rank, y in enumerate(b_new))
+        # Each group's first partner first, then its second...: a block then holds one try for many
+        # groups rather than every try for a few, and the blocks after it skip what it joined.
+        apart.sort(key=lambda rxy: rxy[0])
+        self._verify(((x, y) for _, x, y in apart), node_of, shingles, uf, verified)
+
+    def _verify(
+        self,
+        pairs: Iterable[tuple[int, int]],
+        node_of: Mapping[int, Any],
+        shingles: dict[int, np.ndarray],
+        uf: UnionFind[Any],
+        verified: set[tuple[int, int]],
+    ) -> None:
+        """Verify candidate pairs of groups with their exact Jaccard, a block at a time; join those >= threshold.
+
+        Pairs are taken in the order given; those already in ``verified``, or whose groups ``uf`` joins
+        when their block starts, are skipped; shingle sets
+        not in ``shingles`` are read from the storage (and kept there).
+
+        Before the exact Jaccard, :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair
+        of a block an upper bound from bucket counts, in bulk; a pair whose bound is below the
+        threshold has an exact Jaccard below it too. LSH proposes every pair that shares a band, and
+        on real text most share little else (licence boilerplate, changelog lines): at 21 bands of 6
+        rows a pair with J = 0.5 is a candidate with probability 0.28. The bound is a bound, not an
+        estimate, so no pair with J >= threshold is dropped. Why not the MinHash estimate: it is
+        binomial, with standard deviation sqrt(J(1-J)/num_perm) (0.035 at J = 0.8, 128 permutations),
+        so any cut below the threshold drops a true pair with some probability; and the stored groups
+        keep no signature (128 x 4 bytes a group would break the 2 KB-a-chunk memory budget). On
+        180-word real chunks the bound drops every candidate with J < 0.7 and ~97% of those below 0.8.
+        """
+        find = uf.find
+
+        def node(g: int) -> Any:
+            return node_of.get(g, g)
+
+        todo = [pair for pair in dict.fromkeys((a, b) if a < b else (b, a) for a, b in pairs) if pair not in verified]
+        for lo in range(0, len(todo), _VERIFY_BLOCK):
+            block = [(a, b) for a, b in todo[lo : lo + _VERIFY_BLOCK] if find(node(a)) != find(node(b))]
+            if not block:
+                continue
+            verified.update(block)
+            ids = list(dict.fromkeys(x for pair in block for x in pair))
+            missing = [g for g in ids if g not in shingles]
+            if missing:
+                shingles.update(zip(missing, self.storage.group_shingles(missing)))
+            row = {g: i for i, g in enumerate(ids)}
+            sets = [shingles[g] for g in ids]
+            left = np.fromiter((row[a] for a, _ in block), dtype=np.int64, count=len(block))
+            right = np.fromiter((row[b] for _, b in block), dtype=np.int64, count=len(block))
+            sims = np.zeros(len(block), dtype=np.float64)
+            plausible = np.flatnonzero(jaccard_upper_bounds(sets, left, right) >= self.threshold)
+            if len(plausible):
+                sims[plausible] = jaccard_pairs(sets, left[plausible], right[plausible])
+            for (a, b), sim in zip(block, sims.tolist()):
+                if sim >= self.threshold:
+                    uf.union(node(a), node(b))
+
     def _link_and_recluster(
         self,
         touched: Sequence[int],
-        candidates: Mapping[int, set[int]],
+        buckets: Sequence[tuple[list[int], list[int]]],
         shingles: dict[int, np.ndarray],
         fresh_items: Mapping[str, ItemRecord],
-        fetched: Mapping[int, np.ndarray] | None = None,
+        previous: dict[str, str] | None = None,
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed.
 
-        ``shingles`` holds the new groups' sets; ``fetched``, stored groups' sets already read.
+        ``buckets`` are the buckets of the new groups that hold another group, each as (stored
+        groups, new groups); ``shingles`` holds the new groups' sets. ``previous``, when given,
+        receives the representative each reclustered key had before (a key already there is kept).
         """
         storage = self.storage
         new_groups = set(shingles)
-        # A new group with no candidates, holding one new item, is a cluster of its own: nothing to
+        # A new group in no shared bucket, holding one new item, is a cluster of its own: nothing to
         # verify, merge or store (most texts of a corpus take this path).
-        candidates = {g: cs - {g} for g, cs in candidates.items() if cs - {g}}
         new_items = Counter(rec.gid for rec in fresh_items.values())
-        touched = [g for g in touched if g in candidates or g not in shingles or new_items[g] > 1]
+        in_bucket = {g for _, new in buckets for g in new}
+        touched = [g for g in touched if g in in_bucket or g not in new_groups or new_items[g] > 1]
         if not touched:
             return
-        others = sorted({c for g, cs in candidates.items() for c in cs if c not in new_groups})
-        if fetched:
-            shingles.update(fetched)
-        missing = [c for c in others if c not in shingles]
-        shingles.update(zip(missing, storage.group_shingles(missing)))
-        involved = list(dict.fromkeys([*touched, *others]))
-        component = dict(zip(involved, storage.component_members(involved)))
-        root = {g: min(component[g]) for g in involved}  # a stored component, named by its least group
-        uf: UnionFind[int] = UnionFind(root.values())
-        # Every candidate pair once (two new groups propose each other), verified in bulk, a block at a
-        # time: a pair whose two groups are already joined (by a stored component or by a pair verified
-        # before) cannot change the components and is not verified. In a family of n near-identical
-        # texts LSH proposes ~n²/2 pairs; the first block joins most of them, so this verifies ~n.
-        pairs = [(g, c) for g in sorted(candidates) for c in sorted(candidates[g]) if g < c or g not in candidates.get(c, ())]
+        olds = sorted({g for old, _ in buckets for g in old} | {g for g in touched if g not in new_groups})
+        node_of = dict(zip(olds, storage.component_ids(olds)))
+        uf: UnionFind[Any] = UnionFind(node_of.values())
+        for g in new_groups:
+            uf.add(g)
+        self._link(buckets, node_of, shingles, uf)
+        # The components that hold a touched group: stored ones read whole, joined by the new edges.
+        first_of: dict[Any, int] = {}
+        for g, n in node_of.items():
+            first_of.setdefault(n, g)
         find = uf.find
-        for lo in range(0, len(pairs), _VERIFY_BLOCK):
-            block = [(g, c) for g, c in pairs[lo : lo + _VERIFY_BLOCK] if find(root[g]) != find(root[c])]
-            if not block:
-                continue
-            ids = list(dict.fromkeys(x for pair in block for x in pair))
-            row = {g: i for i, g in enumerate(ids)}
-            left = np.fromiter((row[g] for g, _ in block), dtype=np.int64, count=len(block))
-            right = np.fromiter((row[c] for _, c in block), dtype=np.int64, count=len(block))
-            sims = jaccard_pairs([shingles[g] for g in ids], left, right).tolist()
-            for (g, c), sim in zip(block, sims):
-                if sim >= self.threshold:
-                    uf.union(root[g], root[c])
-        merged: dict[int, set[int]] = {}
-        for r, members in {root[g]: component[g] for g in involved}.items():
-            merged.setdefault(find(r), set()).update(members)
-        # Components that no union touched: the same groups as before (only exact copies may be new).
-        unchanged = {component[g] for g in involved} & {frozenset(m) for m in merged.values()}
-        changed = [comp for comp in merged.values() if len(comp) > 1]
-        storage.set_components(changed)
-        touched_set = set(touched)
+        wanted = {find(node_of.get(g, g)) for g in touched}
+        nodes_of: dict[Any, list[Any]] = {}
+        for n in [*first_of, *new_groups]:
+            r = find(n)
+            if r in wanted:
+                nodes_of.setdefault(r, []).append(n)
+        stored = sorted({first_of[n] for ns in nodes_of.values() for n in ns if n in first_of})
+        whole = dict(zip(stored, storage.component_members(stored)))
+        merged = [
+            (set().union(*(whole[first_of[n]] if n in first_of else (n,) for n in ns)), len(ns) > 1)
+            for ns in nodes_of.values()
+        ]
+        storage.set_components([comp for comp, joined in merged if joined])
         keys: list[str] = []
         clusters: list[ClusterEntry] = []
-        for comp in merged.values():
-            if not comp & touched_set:
-                continue
+        for comp, joined in merged:
             if len(comp) == 1:
                 (g,) = comp
                 members = storage.group_items([g])[0]
                 if len(members) == 1 and members[0] in fresh_items:
                     continue  # a new text alone in a new group: a cluster of its own, nothing stored
-            if not comp & new_groups and frozenset(comp) in unchanged:
+            if not joined and not comp & new_groups:
                 placed = self._place_exact_copies(comp, fresh_items)
                 if placed is not None:
                     keys.extend(placed[0])
@@ -578,6 +651,9 @@ class DedupIndex:
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         if keys:
+            if previous is not None:
+                for key, entry in zip(keys, storage.get_clusters(keys)):
+                    previous.setdefault(key, key if entry is None else entry[0])
             storage.set_clusters(keys, clusters)
 
     def _place_exact_copies(
@@ -640,42 +716,48 @@ class DedupIndex:
             KeyError: ``key`` is not in the index.
         """
         _check_key(key, "key")
+        self._remove(key)
+
+    def _remove(self, key: str, previous: dict[str, str] | None = None) -> None:
+        """:meth:`remove` a checked key; ``previous`` as for :meth:`_link_and_recluster`."""
         storage = self.storage
         with storage.lock():
             rec = storage.get_items([key])[0]
             if rec is None:
                 raise KeyError(f"{key!r} is not in the index")
+            keys: list[str] = [key]
+            clusters: list[ClusterEntry] = []
+            if rec.gid != EMPTY_GROUP:
+                comp = storage.component_members([rec.gid])[0]
+                keys.extend(k for ks in storage.group_items(sorted(comp)) for k in ks if k != key)
+            if previous is not None:
+                for k, entry in zip(keys, storage.get_clusters(keys)):
+                    previous.setdefault(k, k if entry is None else entry[0])
             storage.delete_items({key: rec})
             if rec.gid == EMPTY_GROUP:
-                storage.set_clusters([key], [])
+                storage.set_clusters(keys, clusters)
                 return
-            comp = storage.component_members([rec.gid])[0]
             if storage.group_items([rec.gid])[0]:
-                keys, clusters = self._cluster_component(sorted(comp), {})
-                storage.set_clusters([key, *keys], clusters)
+                _, clusters = self._cluster_component(sorted(comp), {})
+                storage.set_clusters(keys, clusters)
                 return
             (sh,) = storage.group_shingles([rec.gid])
             storage.delete_group(rec.gid, self._band_keys([sh]))
             rest = sorted(comp - {rec.gid})
             if not rest:
-                storage.set_clusters([key], [])
+                storage.set_clusters(keys, clusters)
                 return
-            # The component may fall apart: rebuild its edges among the remaining groups.
+            # The component may fall apart: rebuild its edges among the remaining groups, with the
+            # verification add uses (none of their pairs is settled: all are "new" to each other).
             shingles = dict(zip(rest, storage.group_shingles(rest)))
             band_keys = self._band_keys([shingles[g] for g in rest])
-            inside = set(rest)
-            uf: UnionFind[int] = UnionFind(rest)
-            for g, cands in zip(rest, storage.query_bands(band_keys)):
-                for c in sorted(cands & inside):
-                    if c > g and uf.find(c) != uf.find(g) and jaccard(shingles[g], shingles[c]) >= self.threshold:
-                        uf.union(g, c)
+            slot = np.unique(band_keys.reshape(-1), return_inverse=True)[1].reshape(-1)
+            uf: UnionFind[Any] = UnionFind(rest)
+            self._link(_buckets(slot, band_keys.shape[1], rest), {}, shingles, uf)
             parts = uf.groups()
             storage.set_components(parts)
-            keys, clusters = [key], []
             for part in parts:
-                part_keys, part_clusters = self._cluster_component(sorted(part), shingles)
-                keys.extend(part_keys)
-                clusters.extend(part_clusters)
+                clusters.extend(self._cluster_component(sorted(part), shingles)[1])
             storage.set_clusters(keys, clusters)
 
     def drop(self) -> None:
@@ -706,10 +788,20 @@ class DedupIndex:
         return found
 
     def matches(self, keys: Sequence[str]) -> list[Match]:
-        """Where each key stands now (see :class:`Match`).
+        """Where each key stands now (see :class:`Match`; ``displaced`` is None here).
 
         Raises:
             KeyError: A key is not in the index.
+        """
+        return self._matches(keys)
+
+    def _matches(
+        self, keys: Sequence[str], previous: Mapping[str, str] | None = None, added: Collection[str] = ()
+    ) -> list[Match]:
+        """:meth:`matches`, with ``displaced`` filled in after a call that changed the index.
+
+        ``previous`` maps each key the call reclustered or removed around to the representative it
+        had before the call (:meth:`_link_and_recluster`); ``added`` holds the keys the call wrote.
         """
         storage = self.storage
         records = storage.get_items(keys)
@@ -718,19 +810,26 @@ class DedupIndex:
                 raise KeyError(f"{key!r} is not in the index")
         entries = storage.get_clusters(keys)
         reps = sorted({e[0] for e in entries if e is not None})
-        size_of = {rep: len(found) for rep, found in zip(reps, storage.cluster_members(reps))}
+        found_of = dict(zip(reps, storage.cluster_members(reps)))
+        size_of = {rep: len(found) for rep, found in found_of.items()}
         gids = sorted({rec.gid for rec, e in zip(records, entries) if e is not None})  # type: ignore[union-attr]
         copies_of = {g: len(found) for g, found in zip(gids, storage.group_items(gids))}
+        displaced: dict[str, str | None] = {}
+        if previous is not None:
+            for rep, found in found_of.items():
+                before = Counter(previous.get(k, rep) for k, _ in found if k not in added)
+                most = min(before.items(), key=lambda kc: (-kc[1], kc[0]))[0] if before else rep
+                displaced[rep] = None if most == rep else most
         make = tuple.__new__  # Match(...) without the keyword-handling constructor (hot path)
         out = []
         for key, rec, entry in zip(keys, records, entries):
             if entry is None:
-                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1)))
+                out.append(make(Match, (key, key, key, None, 1.0, "unique", 1, None)))
                 continue
             rep, sim = entry
             size = size_of[rep]
             kind = "unique" if size == 1 else "exact" if copies_of[rec.gid] > 1 else "near"  # type: ignore[union-attr]
-            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size)))
+            out.append(make(Match, (key, rep, rep, None if rep == key else rep, sim, kind, size, displaced.get(rep))))
         return out
 
     def match(self, key: str) -> Match:
@@ -871,33 +970,36 @@ class DedupIndex:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def _shared_pairs(band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of rows of an ``(n, b)`` band-key array that share at least one key, each once.
+def _buckets(
+    slot: np.ndarray,
+    width: int,
+    gids: Sequence[int],
+    bucket_rows: np.ndarray | None = None,
+    bucket_gids: np.ndarray | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """The buckets that hold a new group and another group, as ``(stored gids, new gids)``.
 
-    Returns two int64 arrays ``(low, high)`` with ``low[i] < high[i]``, sorted.
+    ``slot`` numbers the distinct keys of an ``(n, width)`` band-key array of the new groups ``gids``
+    (from :meth:`DedupIndex._lookup_buckets`), and ``(bucket_rows, bucket_gids)`` lists the stored
+    groups under each number (none when not given). Buckets of a single group are left out.
     """
-    b = band_keys.shape[1]
-    flat = band_keys.reshape(-1)
-    order = np.argsort(flat, kind="stable")
-    ordered = flat[order]
-    same = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if len(same) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    rows = order // b
-    # Runs of equal keys: positions i..j with ordered[i] == ... == ordered[j].
-    starts = same[np.concatenate(([True], same[1:] != same[:-1] + 1))]
-    ends = same[np.concatenate((same[1:] != same[:-1] + 1, [True]))] + 1
-    # A family of near-identical texts shares most of its bands: the same run of rows, once per band.
-    runs = {tuple(sorted(set(rows[lo : hi + 1].tolist()))) for lo, hi in zip(starts.tolist(), ends.tolist())}
-    n = band_keys.shape[0]
-    codes = []
-    for run in runs:
-        members = np.array(run, dtype=np.int64)
-        i, j = np.triu_indices(len(members), k=1)
-        codes.append(members[i] * n + members[j])
-    pair_codes = np.sort(np.concatenate(codes))
-    pair_codes = pair_codes[np.concatenate(([True], pair_codes[1:] != pair_codes[:-1]))]  # each pair once, in order
-    return pair_codes // n, pair_codes % n
+    n_keys = int(slot.max()) + 1 if len(slot) else 0
+    order = np.argsort(slot, kind="stable")
+    new_ends = np.cumsum(np.bincount(slot, minlength=n_keys))
+    if bucket_rows is None or bucket_gids is None:
+        bucket_rows = bucket_gids = np.empty(0, dtype=np.int64)
+    old_ends = np.cumsum(np.bincount(bucket_rows, minlength=n_keys))
+    new_count = np.diff(new_ends, prepend=0)
+    old_count = np.diff(old_ends, prepend=0)
+    wanted = np.flatnonzero((new_count > 0) & (new_count + old_count > 1)).tolist()
+    rows = order // width
+    new_gids = np.asarray(gids, dtype=np.int64)
+    out = []
+    for k in wanted:
+        old = bucket_gids[old_ends[k] - old_count[k] : old_ends[k]].tolist()
+        new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
+        out.append((old, new))
+    return out
 
 
 def _policy_name(policy: Policy) -> str:

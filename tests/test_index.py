@@ -127,7 +127,7 @@ def test_growing_batches_give_the_clusters_of_a_single_batch(built: DedupIndex, 
     monkeypatch.setattr(index_module, "_BATCH_MAX", 90)
     sizes: list[int] = []
     add_batch = DedupIndex._add_batch
-    monkeypatch.setattr(DedupIndex, "_add_batch", lambda self, items: (sizes.append(len(items)), add_batch(self, items)))
+    monkeypatch.setattr(DedupIndex, "_add_batch", lambda self, items, *rest: (sizes.append(len(items)), add_batch(self, items, *rest)))
     index = DedupIndex(threshold=0.8)
     got = index.add_many(corpus_items)
     keys = [k for k, _ in corpus_items]

@@ -4,21 +4,27 @@ Families (provenance in tests/data/README.md): ``apache-notice`` is a dense cliq
 Debian copies of the Apache licence notice, every pair >= 0.79), ``gfdl-notice`` a real family of 9
 GFDL notices whose longest member is at its edge (the rule before issue 11 cut it in two), and the
 chain is made of overlapping word windows of the shipped GPL-3 text (each 0.82 like the next,
-three steps apart below the drift floor).
+three steps apart below the drift floor). The mid-size family is the shipped BSD licence under each
+real copyright line of the shipped Debian copyright files, and lightly edited copies of a third of them.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import re
 import uuid
 from pathlib import Path
 
 import pytest
-from tests.corpus import documents
+from tests.corpus import documents, edited
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rag_dedup.index as index_module
 from rag_dedup import DedupIndex
+from rag_dedup.clusters import UnionFind, cluster_component
+from rag_dedup.policy import Member
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 
@@ -32,6 +38,100 @@ def family(name: str) -> list[tuple[str, str]]:
 def chain(links: int = 8, width: int = 60, step: int = 5) -> list[tuple[str, str]]:
     words = documents()["licenses/GPL-3.txt"].split()[200:]
     return [(f"chain/{i}", " ".join(words[i * step : i * step + width])) for i in range(links)]
+
+
+def bsd_family() -> list[tuple[str, str]]:
+    """The BSD licence under 443 real copyright lines, and 148 copies edited at 0.4% to 2.4% of their words."""
+    docs = documents()
+    line = re.compile(r"\s*Copyright:?\s*(\([cC]\)\s*)?\d{4}")
+    lines = sorted({r.strip() for p, t in docs.items() if p.startswith("copyright/") for r in t.splitlines() if line.match(r)})
+    body = docs["licenses/BSD.txt"]
+    body = body[body.index("Redistribution") :]
+    items = [(f"bsd/{i}", f"{holder}\n\n{body}") for i, holder in enumerate(lines)]
+    return items + [(f"bsd-edited/{i}", edited(t, 0.004 * (1 + i % 6), i)) for i, (_, t) in enumerate(items[::3])]
+
+
+def exact_graph_clusters(index: DedupIndex) -> set[tuple[str, tuple[tuple[str, float], ...]]]:
+    """The clusters of the index's items from first principles: every pair of groups that shares a band
+    is verified with its exact Jaccard (no skipping), components by union-find, then the cluster rule."""
+    keys = sorted(index.storage.iter_keys())
+    records = dict(zip(keys, index.storage.get_items(keys)))
+    gids = sorted({r.gid for r in records.values() if r.gid >= 0})
+    sets = dict(zip(gids, index.storage.group_shingles(gids)))
+    bands = index._band_keys([sets[g] for g in gids])
+    uf: UnionFind[int] = UnionFind(gids)
+    for i, g in enumerate(gids):
+        for j in range(i + 1, len(gids)):
+            if (bands[i] == bands[j]).any() and jaccard(sets[g], sets[gids[j]]) >= index.threshold:
+                uf.union(g, gids[j])
+    out = set()
+    for comp in uf.groups():
+        members = [(Member(k, r.length, r.source, r.authority, r.first_seen), r.gid) for k, r in records.items() if r.gid in comp]
+        for rep, placed in cluster_component(members, sets, index.drift_floor, index.policy):
+            if len(placed) > 1:
+                out.add((rep, tuple(placed)))
+    return out
+
+
+def stored_clusters(index: DedupIndex) -> set[tuple[str, tuple[tuple[str, float], ...]]]:
+    return {(rep, tuple(members)) for rep, members in index.storage.iter_clusters()}
+
+
+def test_mid_size_real_family_is_clustered_as_the_exact_graph_says() -> None:
+    """Probing one member per stored component and skipping joined pairs must give the partition of
+    verifying every LSH candidate pair: added at once, in shuffled batches, and after removals."""
+    items = bsd_family()
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items)
+    expected = exact_graph_clusters(index)
+    assert stored_clusters(index) == expected
+    assert max(len(placed) for _, placed in expected) > len(items) // 2  # one big family, and loners
+    order = list(items)
+    random.Random(7).shuffle(order)
+    batched = DedupIndex(threshold=0.8)
+    for lo in range(0, len(order), 97):
+        batched.add_many(order[lo : lo + 97])
+    assert stored_clusters(batched) == expected
+    gone = [k for k, _ in order[:: len(order) // 12]]
+    for key in gone:
+        batched.remove(key)
+    assert stored_clusters(batched) == exact_graph_clusters(batched)
+    batched.add_many([(k, t) for k, t in items if k in set(gone)])
+    assert snapshot(batched) == snapshot(index)
+
+
+def test_a_big_family_verifies_a_few_pairs_a_member(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression guard for the quadratic candidate blow-up: LSH proposes ~n²/2 pairs in a family of n
+    near-identical texts (97,903 here); the pairs that reach verification must stay a few per member.
+    (A text that joins nothing is compared with every member it shares a bucket with: that is exact.)"""
+    items = [(k, t) for k, t in bsd_family() if k.startswith("bsd/")]
+    verified: list[int] = []
+    bound = index_module.jaccard_upper_bounds
+    monkeypatch.setattr(
+        index_module, "jaccard_upper_bounds", lambda sets, left, right: (verified.append(len(left)), bound(sets, left, right))[1]
+    )
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items)
+    index.add("one-more", items[0][1] + " All rights reserved.")
+    assert 0 < sum(verified) < 10 * len(items)
+
+
+def test_match_says_which_representative_an_add_displaced() -> None:
+    (a, ta), (b, tb) = family("apache-notice")[:2]
+    short, long_ = sorted([(a, ta), (b, tb)], key=lambda kt: len(kt[1]))
+    index = DedupIndex(threshold=0.8)
+    assert index.add(*short).displaced is None  # a cluster of one
+    m = index.add(*long_)  # the longer text takes over as representative
+    assert (m.representative, m.displaced) == (long_[0], short[0])
+    assert index.match(long_[0]).displaced is None  # match() reports no call
+    copy = index.add("copy", short[1].upper())  # joins, the representative stays
+    assert (copy.representative, copy.displaced) == (long_[0], None)
+    longer = index.add_many([("longer", long_[1] + " Apache License, Version 2.0.")])[0]
+    assert (longer.representative, longer.displaced) == ("longer", long_[0])
+    matches, _ = index.update([], remove=["longer"])
+    assert matches == []
+    back = index.update([("longer", long_[1] + " Apache License, Version 2.0.")])[0][0]
+    assert (back.representative, back.displaced) == ("longer", long_[0])
 
 
 def exact(a: str, b: str) -> float:
@@ -103,7 +203,7 @@ def test_match_kinds_tell_the_place_in_the_cluster() -> None:
     index.remove("copy")
     assert index.match(a).kind == "near" and index.match(a).cluster_size == 2
     index.remove(b)
-    assert index.match(a) == (a, a, a, None, 1.0, "unique", 1)
+    assert index.match(a) == (a, a, a, None, 1.0, "unique", 1, None)
 
 
 def all_items() -> list[tuple[str, str]]:
@@ -132,6 +232,22 @@ def test_partition_is_a_function_of_the_set(rng, batch: int, removed: int) -> No
         index.remove(key)
     index.add_many(again)
     assert snapshot(index) == expected
+
+
+def test_redis_links_a_big_family_as_memory_does(redis_url: str) -> None:
+    """Component ids read from Redis drive the same linking: the same clusters, also after removals."""
+    items = bsd_family()[::2]
+    memory = DedupIndex(threshold=0.8)
+    shared = DedupIndex(threshold=0.8, storage=redis_url, namespace=f"test-{uuid.uuid4().hex[:8]}")
+    try:
+        for index in (memory, shared):
+            for lo in range(0, len(items), 60):
+                index.add_many(items[lo : lo + 60])
+            index.remove(items[0][0])
+            index.remove(items[7][0])
+        assert snapshot(shared) == snapshot(memory)
+    finally:
+        shared.drop()
 
 
 def test_redis_gives_the_same_families_as_memory(redis_url: str) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -136,6 +136,14 @@ class Storage(ABC):
     @abstractmethod
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
         """The full component of each group (``{gid}`` when it is alone)."""
+
+    def component_ids(self, gids: Sequence[int]) -> list[Hashable]:
+        """An id of each group's component: two groups have equal ids exactly when they share a component.
+
+        A group alone has its own id as the id. The default takes the least group of
+        :meth:`component_members`; a backend may answer without reading the members.
+        """
+        return [min(comp) for comp in self.component_members(gids)]
 
     @abstractmethod
     def set_components(self, components: Sequence[Collection[int]]) -> None:

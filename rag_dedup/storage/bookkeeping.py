@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import enum
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,19 @@ class Bookkeeping(Storage):
     # --- components --------------------------------------------------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
         return [comp or frozenset((g,)) for g, comp in zip(gids, self._get(Table.COMPONENTS, gids))]
+
+    def component_ids(self, gids: Sequence[int]) -> list[Hashable]:
+        least: dict[int, int] = {}  # by the identity of a component's shared frozenset: one min() each
+        out: list[Hashable] = []
+        for g, comp in zip(gids, self._get(Table.COMPONENTS, gids)):
+            if comp is None:
+                out.append(g)
+                continue
+            found = least.get(id(comp))
+            if found is None:
+                found = least[id(comp)] = min(comp)
+            out.append(found)
+        return out
 
     def set_components(self, components: Sequence[Collection[int]]) -> None:
         update: dict[int, frozenset[int] | None] = {}

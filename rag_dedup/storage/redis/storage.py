@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -413,6 +413,10 @@ class RedisStorage(Bookkeeping):
         out = super().component_members(gids)
         self._read_ahead(sorted({g for comp in out for g in comp}))
         return out
+
+    def component_ids(self, gids: Sequence[int]) -> list[Hashable]:
+        cids = self._overlay.hmget(self.keys.hashes[Table.COMPONENTS], [keys.gid_field(g) for g in gids])
+        return [gid if cid is None else cid for gid, cid in zip(gids, cids)]  # cid: bytes, never an int
 
     def _components_of(self, gids: Sequence[int]) -> list[frozenset[int] | None]:
         key = self.keys.hashes[Table.COMPONENTS]
