@@ -58,12 +58,14 @@ def chunks(documents: list[Document]) -> list[TextNode]:
 
 @pytest.fixture(scope="module")
 def distinct_texts(chunks: list[TextNode]) -> list[str]:
-    """Chunk texts of the corpus that are pairwise below the threshold (a pool to plant copies from)."""
+    """Chunk texts of the corpus that are pairwise below the threshold, each a near-duplicate of its
+    :func:`edited` copy (a pool to plant copies from). The second condition guards a failure hypothesis
+    found: a short licence header in the character-gram regime is only J = 0.73 from its edit."""
     pool: list[str] = []
     sets: list[np.ndarray] = []
     for node in chunks:
         s = shingle_hashes(node.text)
-        if len(s) > 20 and all(jaccard(s, t) < 0.5 for t in sets):
+        if len(s) > 20 and jaccard(node.text, edited(node.text)) >= 0.8 and all(jaccard(s, t) < 0.5 for t in sets):
             pool.append(node.text)
             sets.append(s)
         if len(pool) == 40:
