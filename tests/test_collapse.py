@@ -171,8 +171,8 @@ def test_the_small_matrix_gives_the_same_similarities_and_decisions_as_the_gener
 
     from rag_dedup import similarity
 
-    def general(hashes, counts):
-        return similarity._jaccard(*similarity._pair_counts(hashes, counts))
+    def general(values, counts):
+        return similarity._jaccard(*similarity._pair_counts(values, counts))
 
     small = similarity._small_matrix
     tops = _top30s()
@@ -193,4 +193,14 @@ def test_the_small_matrix_gives_the_same_similarities_and_decisions_as_the_gener
             continue
         hashes = rng.integers(0, int(rng.integers(1, 30)), int(counts.sum())).astype(np.uint64)
         hashes *= np.uint64(0x9E3779B97F4A7C15)
-        assert np.array_equal(small(hashes, counts), general(hashes, counts))
+        assert np.array_equal(small(*similarity._set_values(hashes, counts)), general(hashes, counts))
+    # And _set_values itself: each set's sorted unique hashes, low 6 bits cleared, for more than 64 sets too.
+    for n in (3, 64, 65, 150):
+        counts = rng.integers(0, 8, n).astype(np.int64)
+        hashes = rng.integers(0, 2**63, int(counts.sum()), dtype=np.int64).astype(np.uint64)
+        hashes[1::3] = hashes[::3][: len(hashes[1::3])]  # repeats, within and across sets
+        values, sizes = similarity._set_values(hashes, counts)
+        ends = np.cumsum(counts)
+        expected = [np.unique(hashes[e - c : e] & ~np.uint64(63)) for e, c in zip(ends, counts)]
+        assert sizes.tolist() == [len(x) for x in expected]
+        assert np.array_equal(values, np.concatenate(expected))
