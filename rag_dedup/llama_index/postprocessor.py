@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, ImageNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -130,8 +130,12 @@ class DedupPostprocessor(BaseNodePostprocessor):
 
     @field_validator("threshold", mode="before")
     @classmethod
-    def _check_threshold(cls, value: object) -> float:
-        return check_threshold(value)
+    def _check_threshold(cls, value: object, info: ValidationInfo) -> float:
+        threshold = check_threshold(value)
+        floor = info.data.get("floor")  # set: a threshold assigned later, which must stay above the floor
+        if floor is not None:
+            check_drift_floor(floor, threshold, "floor")
+        return threshold
 
     @field_validator("top_n", mode="before")
     @classmethod
@@ -152,12 +156,6 @@ class DedupPostprocessor(BaseNodePostprocessor):
     @classmethod
     def _check_cache_size(cls, value: object) -> int:
         return check_cache_size(value)
-
-    @model_validator(mode="after")
-    def _check_floor_below_threshold(self) -> DedupPostprocessor:
-        if self.floor is not None:  # a threshold assigned below the floor
-            check_drift_floor(self.floor, self.threshold, "floor")
-        return self
 
     def __init__(
         self,
@@ -262,7 +260,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
             for f in kept.folded:
                 node = nodes[f.position].node
                 folded.append(collapsed_entry(node, f.score, f.reason, f.similarity))
-                folded.extend(_entries(node))
+                if DEDUP_COLLAPSED in node.metadata:  # _entries, only where an earlier pass wrote
+                    folded.extend(_entries(node))
             update: dict[str, Any] = {}
             shown = nws
             if kept.text is not None:  # windows joined into one passage
