@@ -19,7 +19,11 @@ For each framework, with its own BM25 retriever (llama-index-retrievers-bm25; la
 The three BM25s rank differently (tokenisation, BM25 variant), so the plain ratios differ; the
 collapse is one core (``rag_dedup.collapse``), so its decisions on the same passages are the same.
 
-Run: python benchmarks/bench_frameworks.py [--repeat N]
+With ``--baseline DIR`` (a checkout of the commit to compare with), that checkout's collapse object of
+each framework is timed on the same passages, alternately with this checkout's, and the decisions (kept
+ids, folded entries) compared per query ("same").
+
+Run: python benchmarks/bench_frameworks.py [--repeat N] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ import argparse
 import logging
 import os
 import statistics
+from collections.abc import Callable
 from functools import partial
+from types import ModuleType
+from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from rag_dedup.similarity import jaccard  # noqa: E402
 
+from baseline import baseline_label, import_baseline  # noqa: E402
 from bench_query import CORPORA, QUERIES, ROOT, median_us  # noqa: E402  (the same corpus and queries)
 
 THRESHOLD = 0.8
@@ -55,7 +63,33 @@ def ratio(texts: list[str], k: int = 10) -> float:
     return len(kept) / k
 
 
-def llama_index_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, float]:
+def _base(baseline: str | None, module: str, make: Callable[[ModuleType], Any]) -> Any:
+    """The baseline checkout's collapse object (see benchmarks/baseline.py), or None without one."""
+    return None if baseline is None else make(import_baseline(baseline, module)[module])
+
+
+def _empty_rows() -> dict[str, list[float]]:
+    return {k: [] for k in ("plain", "collapse", "refill", "bm25 us", "collapse us", "base us", "same")}
+
+
+def _against(
+    rows: dict[str, list[float]], repeat: int, old: Callable[[], Any], new: Callable[[], Any], decided: Callable[[Any], Any]
+) -> None:
+    """Time the baseline's collapse of this query's passages (before this checkout's, which the caller
+    times next: alternately) and record whether both decided alike (kept ids and folded entries)."""
+    rows["base us"].append(median_us(old, repeat))
+    rows["same"].append(float(decided(old()) == decided(new())))
+
+
+def _summary(rows: dict[str, list[float]]) -> dict[str, float]:
+    """Means of the ratios, medians of the times, the count of queries decided as the baseline did."""
+    out = {k: statistics.median(v) if "us" in k else statistics.mean(v) for k, v in rows.items() if v and k != "same"}
+    if rows["same"]:
+        out["same"] = sum(rows["same"])
+    return out
+
+
+def llama_index_rows(corpus: list[tuple[str, str]], repeat: int, baseline: str | None) -> dict[str, float]:
     from llama_index.core import Document
     from llama_index.retrievers.bm25 import BM25Retriever
 
@@ -67,19 +101,23 @@ def llama_index_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, fl
     top30 = BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=30)
     top10 = BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=10)
     collapse = DedupPostprocessor(top_n=10)
+    old = _base(baseline, "rag_dedup.llama_index.postprocessor", lambda m: m.DedupPostprocessor(top_n=10))
     distinct = DistinctRetriever(BM25Retriever.from_defaults(nodes=stamped, similarity_top_k=10), top_k=10)
-    rows: dict[str, list[float]] = {k: [] for k in ("plain", "collapse", "refill", "bm25 us", "collapse us")}
+    rows = _empty_rows()
     for query in QUERIES:
         hits = top30.retrieve(query)
+        if old is not None:
+            _against(rows, repeat, partial(old.postprocess_nodes, hits), partial(collapse.postprocess_nodes, hits),
+                     lambda out: [(n.node_id, n.node.metadata.get("dedup_collapsed")) for n in out])
         rows["plain"].append(ratio([h.node.get_content() for h in top10.retrieve(query)]))
         rows["collapse"].append(ratio([h.node.get_content() for h in collapse.postprocess_nodes(hits)]))
         rows["refill"].append(ratio([h.node.get_content() for h in distinct.retrieve(query)]))
         rows["bm25 us"].append(median_us(partial(top30.retrieve, query), max(5, repeat // 20)))
         rows["collapse us"].append(median_us(partial(collapse.postprocess_nodes, hits), repeat))
-    return {k: statistics.mean(v) if "us" not in k else statistics.median(v) for k, v in rows.items()} | {"chunks": len(nodes)}
+    return _summary(rows) | {"chunks": len(nodes)}
 
 
-def langchain_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, float]:
+def langchain_rows(corpus: list[tuple[str, str]], repeat: int, baseline: str | None) -> dict[str, float]:
     from langchain_community.retrievers import BM25Retriever
     from langchain_core.documents import Document
 
@@ -90,19 +128,24 @@ def langchain_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, floa
     top30 = BM25Retriever.from_documents(stamped, k=30)
     top10 = top30.model_copy(update={"k": 10})
     collapse = DedupCompressor(top_n=10)
+    old = _base(baseline, "rag_dedup.langchain.compressor", lambda m: m.DedupCompressor(top_n=10))
     distinct = DistinctRetriever(retriever=top10, top_k=10)
-    rows: dict[str, list[float]] = {k: [] for k in ("plain", "collapse", "refill", "bm25 us", "collapse us")}
+    rows = _empty_rows()
     for query in QUERIES:
         hits = top30.invoke(query)
+        if old is not None:
+            _against(rows, repeat, partial(old.compress_documents, hits, query),
+                     partial(collapse.compress_documents, hits, query),
+                     lambda out: [(d.id, d.metadata.get("dedup_collapsed")) for d in out])
         rows["plain"].append(ratio([d.page_content for d in top10.invoke(query)]))
         rows["collapse"].append(ratio([d.page_content for d in collapse.compress_documents(hits, query)]))
         rows["refill"].append(ratio([d.page_content for d in distinct.invoke(query)]))
         rows["bm25 us"].append(median_us(partial(top30.invoke, query), max(5, repeat // 20)))
         rows["collapse us"].append(median_us(partial(collapse.compress_documents, hits, query), repeat))
-    return {k: statistics.mean(v) if "us" not in k else statistics.median(v) for k, v in rows.items()} | {"chunks": len(split)}
+    return _summary(rows) | {"chunks": len(split)}
 
 
-def haystack_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, float]:
+def haystack_rows(corpus: list[tuple[str, str]], repeat: int, baseline: str | None) -> dict[str, float]:
     from haystack import Document
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
     from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -114,36 +157,49 @@ def haystack_rows(corpus: list[tuple[str, str]], repeat: int) -> dict[str, float
     store.write_documents(DocumentDeduplicator().run(chunks)["documents"])
     retriever = InMemoryBM25Retriever(document_store=store)
     collapse = DuplicateCollapser(top_k=10)
-    rows: dict[str, list[float]] = {k: [] for k in ("plain", "collapse", "refill", "bm25 us", "collapse us")}
+    old = _base(baseline, "rag_dedup.haystack.components", lambda m: m.DuplicateCollapser(top_k=10))
+    rows = _empty_rows()
     for query in QUERIES:
         hits = retriever.run(query=query, top_k=30)["documents"]
+        if old is not None:
+            _against(rows, repeat, partial(old.run, hits), partial(collapse.run, hits),
+                     lambda out: [(d.id, d.meta.get("dedup_collapsed")) for d in out["documents"]])
         deep = retriever.run(query=query, top_k=100)["documents"]
         rows["plain"].append(ratio([d.content or "" for d in retriever.run(query=query, top_k=10)["documents"]]))
         rows["collapse"].append(ratio([d.content or "" for d in collapse.run(hits)["documents"]]))
         rows["refill"].append(ratio([d.content or "" for d in collapse.run(deep)["documents"]]))
         rows["bm25 us"].append(median_us(partial(retriever.run, query=query, top_k=30), max(5, repeat // 20)))
         rows["collapse us"].append(median_us(partial(collapse.run, hits), repeat))
-    return {k: statistics.mean(v) if "us" not in k else statistics.median(v) for k, v in rows.items()} | {"chunks": len(chunks)}
+    return _summary(rows) | {"chunks": len(chunks)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200, help="timed collapse calls per query (default 200)")
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="a checkout of the commit to compare with (e.g. a git worktree of main)"
+    )
     args = parser.parse_args()
     corpus = files()
     print(f"corpus: {len(corpus)} files from tests/data/corpus and examples/data; {len(QUERIES)} queries")
+    if args.baseline:
+        print(f"baseline: {baseline_label(args.baseline)}, its collapse timed alternately with this checkout's")
     print(
         f"{'framework':12s}{'chunks':>8s}{'plain top10':>13s}{'collapse 30->10':>17s}{'refill':>8s}"
         f"{'BM25 top30':>13s}{'collapse 30':>13s}{'collapse/BM25':>15s}"
+        + (f"{'baseline':>13s}{'this/base':>11s}{'same':>7s}" if args.baseline else "")
     )
     results = {}
     for name, rows in (("LlamaIndex", llama_index_rows), ("LangChain", langchain_rows), ("Haystack", haystack_rows)):
-        r = rows(corpus, args.repeat)
+        r = rows(corpus, args.repeat, args.baseline)
         results[name] = r
-        print(
+        line = (
             f"{name:12s}{r['chunks']:>8.0f}{r['plain']:>13.3f}{r['collapse']:>17.3f}{r['refill']:>8.3f}"
             f"{r['bm25 us']:>10.0f} us{r['collapse us']:>10.1f} us{r['collapse us'] / r['bm25 us']:>14.3f}x"
         )
+        if "base us" in r:
+            line += f"{r['base us']:>10.1f} us{r['collapse us'] / r['base us']:>10.2f}x{r['same']:>4.0f}/{len(QUERIES)}"
+        print(line)
     worst = min(r["refill"] for r in results.values())
     slowest = max(r["collapse us"] for r in results.values())
     print(f"refill ratio, worst framework: {worst:.3f} (goal >= 0.98: {'met' if worst >= 0.98 else 'NOT met'})")

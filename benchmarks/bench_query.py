@@ -23,7 +23,12 @@ J >= 0.8, zero passages folded into a keeper they share J < 0.5 with), by defaul
 distinct-evidence ratio of the top 10 (greedy set of passages with pairwise Jaccard < 0.8,
 divided by 10) for plain BM25, DedupPostprocessor over a 3x over-fetch, and DistinctRetriever.
 
-Run: python benchmarks/bench_query.py [--repeat N]   (needs rensa: pip install rensa)
+With ``--baseline DIR`` (a checkout of the commit to compare with, e.g. ``git worktree add DIR main``),
+its DedupPostprocessor is timed on the same nodes, alternately with this checkout's, and its
+decisions compared with this checkout's; the public ``postprocess_nodes`` (inside LlamaIndex's
+instrumentation span) and the bare ``_postprocess_nodes`` are timed apart.
+
+Run: python benchmarks/bench_query.py [--repeat N] [--baseline DIR]   (needs rensa: pip install rensa)
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from llama_index.core import Document
 from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from baseline import baseline_label, import_baseline
 from rag_dedup.llama_index.chunking import SentenceChunker
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.llama_index.retriever import DistinctRetriever
@@ -66,6 +73,19 @@ QUERIES = [
 ]
 TOP = 30
 THRESHOLD = 0.8
+ROWS = [  # (row, label) of the timing table
+    ("bm25 top-30", "BM25 retrieve top 30"),
+    ("stamped", "DedupPostprocessor, stamped, warm"),
+    ("stamped inner", "  the same, _postprocess_nodes (no instrumentation)"),
+    ("stamped cold", "DedupPostprocessor, stamped, cold"),
+    ("stamped+index", "DedupPostprocessor, stamped+index"),
+    ("stamped trusted", "DedupPostprocessor, stamped, trusted"),
+    ("trusted inner", "  the same, _postprocess_nodes (no instrumentation)"),
+    ("unstamped cold", "DedupPostprocessor, unstamped, cold"),
+    ("unstamped warm", "DedupPostprocessor, unstamped, warm"),
+    ("rensa words", "rensa greedy, word tokens"),
+    ("rensa 5-grams", "rensa greedy, word 5-grams"),
+]
 
 
 def load_documents() -> list[Document]:
@@ -104,6 +124,11 @@ def rensa_greedy(texts: list[str], shingled: bool) -> list[int]:
     return [i for i, _ in kept]
 
 
+def _decisions(kept: list[NodeWithScore]) -> list[tuple[str, object]]:
+    """What a collapse decided: the kept node ids and the entries folded into each."""
+    return [(n.node_id, n.node.metadata.get("dedup_collapsed")) for n in kept]
+
+
 def distinct_ratio(nodes: list[NodeWithScore], k: int = 10) -> float:
     kept: list = []
     for n in nodes[:k]:
@@ -116,6 +141,9 @@ def distinct_ratio(nodes: list[NodeWithScore], k: int = 10) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200, help="timed calls per query and method (default 200)")
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="a checkout of the commit to compare with (e.g. a git worktree of main)"
+    )
     args = parser.parse_args()
     logging.getLogger("llama_index.retrievers.bm25").setLevel(logging.ERROR)
     try:
@@ -137,65 +165,84 @@ def main() -> int:
     pp = DedupPostprocessor()
     pp_index = DedupPostprocessor(index=transform.index)
     pp_trusted = DedupPostprocessor(trust_clusters=True)
-    rows: dict[str, list[float]] = {
-        name: []
-        for name in (
-            "bm25 top-30",
-            "stamped",
-            "stamped cold",
-            "stamped+index",
-            "stamped trusted",
-            "unstamped cold",
-            "unstamped warm",
-            "rensa words",
-            "rensa 5-grams",
-        )
-    }
+    old = None
+    if args.baseline:
+        modules = import_baseline(args.baseline, "rag_dedup.llama_index.postprocessor", "rag_dedup.llama_index.transform")
+        base = modules["rag_dedup.llama_index.postprocessor"]
+        base_transform = modules["rag_dedup.llama_index.transform"].DedupTransform()  # its own index class
+        base_transform([n.model_copy(deep=True) for n in plain])
+        base_index = base_transform.index
+        old = {
+            "pp": base.DedupPostprocessor(),
+            "pp_trusted": base.DedupPostprocessor(trust_clusters=True),
+            "pp_index": base.DedupPostprocessor(index=base_index),
+        }
+        print(f"baseline: {baseline_label(args.baseline)}, timed alternately with this checkout in one process")
+    rows: dict[str, list[float]] = {name: [] for name, _ in ROWS}
+    base_rows: dict[str, list[float]] = {name: [] for name, _ in ROWS}
+    same = 0
     for query in QUERIES:
-        rows["bm25 top-30"].append(median_us(partial(retriever.retrieve, query), max(10, args.repeat // 10)))
         hits = retriever.retrieve(query)
         unstamped = [
             NodeWithScore(node=TextNode(text=h.node.get_content(), id_=h.node.node_id), score=h.score) for h in hits
         ]
         texts = [n.node.get_content() for n in unstamped]
 
-        def cold(nodes: list[NodeWithScore] = unstamped) -> object:
-            pp.clear_cache()  # a query whose chunks the postprocessor has never seen
-            return pp.postprocess_nodes(nodes)
+        def timed(post: Any) -> dict[str, Callable[[], object]]:
+            """The postprocessor's rows for this query (``post`` is a namespace of three postprocessors)."""
 
-        def stamped_cold(nodes: list[NodeWithScore] = hits) -> object:
-            pp.clear_cache()
-            return pp.postprocess_nodes(nodes)
+            def cold(nodes: list[NodeWithScore] = unstamped) -> object:
+                post["pp"].clear_cache()  # a query whose chunks the postprocessor has never seen
+                return post["pp"].postprocess_nodes(nodes)
 
-        rows["stamped"].append(median_us(partial(pp.postprocess_nodes, hits), args.repeat))
-        rows["stamped cold"].append(median_us(stamped_cold, args.repeat))
-        rows["stamped+index"].append(median_us(partial(pp_index.postprocess_nodes, hits), args.repeat))
-        rows["stamped trusted"].append(median_us(partial(pp_trusted.postprocess_nodes, hits), args.repeat))
-        rows["unstamped cold"].append(median_us(cold, args.repeat))
-        rows["unstamped warm"].append(median_us(partial(pp.postprocess_nodes, unstamped), args.repeat))
+            def stamped_cold(nodes: list[NodeWithScore] = hits) -> object:
+                post["pp"].clear_cache()
+                return post["pp"].postprocess_nodes(nodes)
+
+            return {
+                "stamped": partial(post["pp"].postprocess_nodes, hits),
+                "stamped inner": partial(post["pp"]._postprocess_nodes, hits),
+                "stamped cold": stamped_cold,
+                "stamped+index": partial(post["pp_index"].postprocess_nodes, hits),
+                "stamped trusted": partial(post["pp_trusted"].postprocess_nodes, hits),
+                "trusted inner": partial(post["pp_trusted"]._postprocess_nodes, hits),
+                "unstamped cold": cold,
+                "unstamped warm": partial(post["pp"].postprocess_nodes, unstamped),
+            }
+
+        ours = timed({"pp": pp, "pp_trusted": pp_trusted, "pp_index": pp_index})
+        theirs = timed(old) if old is not None else {}
+        if old is not None:
+            same += _decisions(pp.postprocess_nodes(hits)) == _decisions(old["pp"].postprocess_nodes(hits)) and (
+                _decisions(pp_trusted.postprocess_nodes(hits)) == _decisions(old["pp_trusted"].postprocess_nodes(hits))
+            )
+        rows["bm25 top-30"].append(median_us(partial(retriever.retrieve, query), max(10, args.repeat // 10)))
+        for name, fn in ours.items():
+            if name in theirs:  # alternately, so that both see the same machine load
+                base_rows[name].append(median_us(theirs[name], args.repeat))
+            rows[name].append(median_us(fn, args.repeat))
         rows["rensa words"].append(median_us(partial(rensa_greedy, texts, shingled=False), args.repeat))
         rows["rensa 5-grams"].append(median_us(partial(rensa_greedy, texts, shingled=True), args.repeat))
 
     med = {name: statistics.median(v) for name, v in rows.items()}
+    base_med = {name: statistics.median(v) for name, v in base_rows.items() if v}
     bm25 = med["bm25 top-30"]
     print(f"\nper query, median over {len(QUERIES)} queries of the median of {args.repeat} calls, {TOP} nodes each:")
-    print(f"  {'':40s}{'time':>12s}{'vs BM25':>10s}")
-    for name, label in [
-        ("bm25 top-30", f"BM25 retrieve top {TOP} of {len(stamped)}"),
-        ("stamped", "DedupPostprocessor, stamped, warm"),
-        ("stamped cold", "DedupPostprocessor, stamped, cold"),
-        ("stamped+index", "DedupPostprocessor, stamped+index"),
-        ("stamped trusted", "DedupPostprocessor, stamped, trusted"),
-        ("unstamped cold", "DedupPostprocessor, unstamped, cold"),
-        ("unstamped warm", "DedupPostprocessor, unstamped, warm"),
-        ("rensa words", "rensa greedy, word tokens"),
-        ("rensa 5-grams", "rensa greedy, word 5-grams"),
-    ]:
-        print(f"  {label:40s}{med[name]:>9.1f} us{med[name] / bm25:>9.3f}x")
-    for key in ("stamped", "stamped cold"):
-        print(f"{key}: {med[key]:.1f} us (goal < 100 us: {'met' if med[key] < 100 else 'NOT met'})")
+    print(f"  {'':52s}{'time':>12s}{'vs BM25':>10s}" + (f"{'baseline':>13s}{'this/base':>11s}" if base_med else ""))
+    for name, label in ROWS:
+        label = label.replace("BM25 retrieve top 30", f"BM25 retrieve top {TOP} of {len(stamped)}")
+        line = f"  {label:52s}{med[name]:>9.1f} us{med[name] / bm25:>9.3f}x"
+        if name in base_med:
+            line += f"{base_med[name]:>10.1f} us{med[name] / base_med[name]:>10.2f}x"
+        print(line)
+    for key in ("stamped", "stamped inner", "stamped cold", "stamped trusted", "trusted inner"):
+        print(f"{key}: {med[key]:.1f} us (goal <= 100 us: {'met' if med[key] <= 100 else 'NOT met'})")
+    print(f"LlamaIndex's instrumentation wrapper (postprocess_nodes - _postprocess_nodes): "
+          f"{med['stamped'] - med['stamped inner']:.1f} us checked, {med['stamped trusted'] - med['trusted inner']:.1f} us trusted")
     print(f"stamped, checked / trusted = {med['stamped'] / med['stamped trusted']:.2f} (warm), "
           f"{med['stamped cold'] / med['stamped trusted']:.2f} (cold)")
+    if old is not None:
+        print(f"same kept nodes and dedup_collapsed entries as the baseline (checked and trusted): {same} of {len(QUERIES)} queries")
 
     print(f"\nover the {len(QUERIES)} BM25 top {TOP}s (stamped nodes), all kept nodes:")
     for name, post in (("default (checked)", pp), ("trust_clusters=True", pp_trusted)):

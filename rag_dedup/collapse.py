@@ -50,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rag_dedup.index import DedupIndex
+from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 from rag_dedup.surrogates import check_unicode
@@ -190,25 +191,16 @@ class Collapser:
             raise TypeError(f"index must be a rag_dedup.DedupIndex, got {type(index).__name__}")
         if threshold is None:
             threshold = index.threshold if index is not None else 0.8
+        threshold = check_threshold(threshold)
+        if floor is None and index is not None:
+            floor = min(index.drift_floor, threshold)
+        floor = check_drift_floor(floor, threshold, "floor")
         if ngram is None:
             ngram = index.ngram if index is not None else DEFAULT_NGRAM
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold ({threshold!r}) must be in (0, 1]; 0.8 is the usual value")
-        if floor is None:
-            floor = min(index.drift_floor, threshold) if index is not None else max(0.0, threshold - 0.1)
-        if isinstance(floor, bool) or not isinstance(floor, (int, float)):
-            raise TypeError(f"floor must be a number, got {type(floor).__name__}")
-        if not 0.0 <= floor <= threshold:
-            raise ValueError(f"floor ({floor!r}) must be in [0, threshold ({threshold})]")
-        for name, value, low in (("ngram", ngram, 1), ("cache_size", cache_size, 0)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be int, got {type(value).__name__}")
-            if value < low:
-                raise ValueError(f"{name} ({value}) must be at least {low}")
-        self.threshold = float(threshold)
-        self.floor = float(floor)
+        ngram = check_ngram(ngram)
+        cache_size = check_cache_size(cache_size)
+        self.threshold = threshold
+        self.floor = floor
         self.ngram = ngram
         self.trust_clusters = bool(trust_clusters)
         self.merge_overlaps = bool(merge_overlaps)
@@ -219,12 +211,15 @@ class Collapser:
 
     def clusters(self, passages: Sequence[Passage]) -> list[str | None]:
         """The current cluster of each passage: from the index if it holds the key, else the stamp."""
+        return self._clusters([p.key for p in passages], [p.cluster for p in passages])
+
+    def _clusters(self, keys: Sequence[str], stamps: Sequence[str | None]) -> list[str | None]:
         index = self.index
         if index is None:
-            return [p.cluster for p in passages]
-        known = [k for k in dict.fromkeys(p.key for p in passages) if k in index]
+            return list(stamps)
+        known = [k for k in dict.fromkeys(keys) if k in index]
         current = {m.key: m.cluster_id for m in index.matches(known)} if known else {}
-        return [current.get(p.key, p.cluster) for p in passages]
+        return [current.get(k, c) for k, c in zip(keys, stamps)]
 
     def collapse(self, passages: Sequence[Passage], top_n: int | None = None) -> list[Kept]:
         """The kept passages, in input order, each with the passages folded into it.
@@ -236,29 +231,74 @@ class Collapser:
         Raises:
             InvalidTextError: A passage's text holds a lone surrogate (:mod:`rag_dedup.surrogates`).
         """
-        if top_n is not None:
-            if isinstance(top_n, bool) or not isinstance(top_n, int):
-                raise TypeError(f"top_n must be int or None, got {type(top_n).__name__}")
-            if top_n < 1:
-                raise ValueError(f"top_n ({top_n}) must be at least 1, or None for all")
+        check_top(top_n, "top_n", optional=True)
         if not passages:
             return []
-        texts = [t if t and not t.isspace() else None for t in [p.text for p in passages]]  # is_blank, inlined
+        keys, texts, scores, stamps, sources = [], [], [], [], []
+        for p in passages:
+            keys.append(p.key)
+            texts.append(p.text)
+            scores.append(p.score)
+            stamps.append(p.cluster)
+            sources.append(p.ref_doc_id)
+        return self._collapse(keys, texts, scores, stamps, sources, passages, top_n)
+
+    def collapse_columns(
+        self,
+        keys: Sequence[str],
+        texts: Sequence[str | None],
+        scores: Sequence[float | None],
+        clusters: Sequence[str | None],
+        top_n: int | None = None,
+        sources: Sequence[str | None] | None = None,
+    ) -> list[Kept]:
+        """:meth:`collapse` of ``Passage(keys[i], texts[i], scores[i], clusters[i], sources[i])``, the same
+        decision, without building the passages: the adapters' path, which runs for every query.
+        ``sources`` (``None``: none) is only reported back on the folds (:attr:`Fold.ref_doc_id`).
+
+        Raises:
+            ValueError: The columns differ in length, or ``merge_overlaps`` is set (it needs the
+                passages' documents and spans: use :meth:`collapse`).
+            InvalidTextError: A text holds a lone surrogate (:mod:`rag_dedup.surrogates`).
+        """
+        check_top(top_n, "top_n", optional=True)
+        if not len(keys) == len(texts) == len(scores) == len(clusters) == len(keys if sources is None else sources):
+            raise ValueError(
+                f"keys, texts, scores, clusters and sources must have one entry per passage, got {len(keys)}, "
+                f"{len(texts)}, {len(scores)}, {len(clusters)} and {len(keys if sources is None else sources)}"
+            )
+        if self.merge_overlaps:
+            raise ValueError("merge_overlaps needs each passage's document and span: call collapse(passages)")
+        if not keys:
+            return []
+        return self._collapse(keys, texts, scores, clusters, sources, None, top_n)
+
+    def _collapse(
+        self,
+        keys: Sequence[str],
+        texts_in: Sequence[str | None],
+        scores: Sequence[float | None],
+        stamps: Sequence[str | None],
+        sources: Sequence[str | None] | None,
+        passages: Sequence[Passage] | None,
+        top_n: int | None,
+    ) -> list[Kept]:
+        texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
         text_pos = [i for i, t in enumerate(texts) if t is not None]
         for i in text_pos:
-            check_unicode(texts[i], "the text of passage %r", passages[i].key)  # type: ignore[arg-type]
-        if len(text_pos) == len(passages):
-            clusters = self.clusters(passages)
+            check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
+        if len(text_pos) == len(keys):
+            clusters = self._clusters(keys, stamps)
         else:
-            clusters = [None] * len(passages)
-            for i, c in zip(text_pos, self.clusters([passages[i] for i in text_pos])):
+            clusters = [None] * len(keys)
+            for i, c in zip(text_pos, self._clusters([keys[i] for i in text_pos], [stamps[i] for i in text_pos])):
                 clusters[i] = c
 
         trust = self.trust_clusters
         sim: np.ndarray | None = None
         near: list[int] = []  # near[a]: bit b set when texts a and b are within the threshold
         close: list[int] = []  # close[a]: bit b set when texts a and b are within the floor
-        slot: list[int] = [-1] * len(passages)  # position -> row of its text in `sim`
+        slot: list[int] = [-1] * len(keys)  # position -> row of its text in `sim`
         if len(text_pos) > 1 and (not trust or any(clusters[i] is None for i in text_pos)):
             sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size)  # type: ignore[misc]
             near = _row_masks(sim >= self.threshold)
@@ -267,7 +307,6 @@ class Collapser:
                 slot[i] = a
 
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
-        scores = [p.score for p in passages]
         order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
         nan_last = len(order) < len(text_pos)
         if nan_last:
@@ -279,7 +318,6 @@ class Collapser:
         kept_rows = 0  # bits: rows of the kept groups
         kept_free = 0  # bits: rows of the kept groups without a cluster
         for i in order:
-            passage = passages[i]
             cluster = clusters[i]
             a = slot[i]
             target: _Group | None = None
@@ -300,7 +338,7 @@ class Collapser:
                         reason = "exact" if s >= 1.0 else "near"
                     similarity = round(s, 4)
             if target is None:
-                group = _Group(i, passage.score, cluster)
+                group = _Group(i, scores[i], cluster)
                 groups.append(group)
                 if cluster is not None:
                     by_cluster.setdefault(cluster, group)
@@ -312,15 +350,18 @@ class Collapser:
                     elif not trust:
                         cluster_rows[cluster] = cluster_rows.get(cluster, 0) | 1 << a
             else:
-                target.folded.append(Fold(i, passage.key, passage.ref_doc_id, passage.score, reason, similarity))
+                target.folded.append(Fold(i, keys[i], sources[i] if sources else None, scores[i], reason, similarity))
 
         if nan_last:  # back to input order
             groups.sort(key=lambda g: g.position)
-        kept = _merge_overlaps(groups, passages) if self.merge_overlaps else [_kept(g) for g in groups]
-        if len(text_pos) < len(passages):
-            kept.extend(Kept(i, (), passages[i].score) for i, t in enumerate(texts) if t is None)
+        if self.merge_overlaps and passages is not None:
+            kept = _merge_overlaps(groups, passages)
+        else:
+            kept = [_kept(g) for g in groups]
+        if len(text_pos) < len(keys):
+            kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
             kept.sort(key=lambda k: k.position)
-        return kept if top_n is None else _first(kept, passages, top_n)
+        return kept if top_n is None else _first(kept, texts_in, top_n)
 
 
 def is_blank(text: str) -> bool:
@@ -328,10 +369,10 @@ def is_blank(text: str) -> bool:
     return not text or text.isspace()  # `not text.strip()`, without a copy
 
 
-def _first(kept: list[Kept], passages: Sequence[Passage], n: int) -> list[Kept]:
+def _first(kept: list[Kept], texts: Sequence[str | None], n: int) -> list[Kept]:
     """The kept passages up to the ``n``-th that carries evidence (a blank text carries none)."""
     for at, k in enumerate(kept):
-        text = passages[k.position].text
+        text = texts[k.position]
         if text is None or not is_blank(text):
             n -= 1
             if n == 0:

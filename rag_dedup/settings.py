@@ -19,6 +19,7 @@ __all__ = [
     "MAX_NGRAM",
     "MAX_NUM_PERM",
     "MIN_NUM_PERM",
+    "check_cache_size",
     "check_drift_floor",
     "check_fetch_factor",
     "check_ngram",
@@ -64,10 +65,12 @@ def check_threshold(threshold: object, name: str = "threshold") -> float:
     return float(threshold)  # type: ignore[arg-type]
 
 
-def check_drift_floor(drift_floor: object, threshold: float) -> float:
+def check_drift_floor(drift_floor: object, threshold: float, name: str = "drift_floor") -> float:
     """``drift_floor`` as a float in [0, ``threshold``]; None means ``max(0, threshold - 0.1)``.
 
-    ``threshold`` must already be valid (:func:`check_threshold`).
+    ``threshold`` must already be valid (:func:`check_threshold`). ``name`` is how the message names the
+    parameter: the index's ``drift_floor``, and the query-time collapse's ``floor`` (the least similarity
+    at which a passage folds into a kept passage of its cluster), which follow this one rule.
 
     Raises:
         TypeError: Not None, an int or a float.
@@ -76,10 +79,10 @@ def check_drift_floor(drift_floor: object, threshold: float) -> float:
     if drift_floor is None:
         return max(0.0, float(threshold) - 0.1)
     if not _is_number(drift_floor):
-        raise TypeError(f"drift_floor must be a number, got {type(drift_floor).__name__}")
+        raise TypeError(f"{name} must be a number, got {type(drift_floor).__name__}")
     if not 0.0 <= drift_floor <= threshold:  # type: ignore[operator]
         raise ValueError(
-            f"drift_floor ({drift_floor}) must be in [0, threshold ({threshold})]; leave it None for threshold - 0.1"
+            f"{name} ({drift_floor}) must be in [0, threshold ({threshold})]; leave it None for threshold - 0.1"
         )
     return float(drift_floor)  # type: ignore[arg-type]
 
@@ -144,6 +147,20 @@ def check_top(value: object, name: str = "top_k", *, optional: bool = False) -> 
         also = ", or None for every distinct passage" if optional else ""
         raise ValueError(f"{name} ({value}) must be at least 1{also}")
     return value  # type: ignore[return-value]
+
+
+def check_cache_size(cache_size: object) -> int:
+    """``cache_size`` (how many texts' shingles the query-time collapse remembers) as an int >= 0.
+
+    Raises:
+        TypeError: Not an int.
+        ValueError: Negative.
+    """
+    if not _is_int(cache_size):
+        raise TypeError(f"cache_size must be int, got {type(cache_size).__name__}")
+    if cache_size < 0:  # type: ignore[operator]
+        raise ValueError(f"cache_size ({cache_size}) must be at least 0 (0: remember nothing); 4096 is the default")
+    return cache_size  # type: ignore[return-value]
 
 
 def check_fetch_factor(fetch_factor: object) -> float:

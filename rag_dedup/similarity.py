@@ -336,34 +336,62 @@ def _count_by_product(owners: np.ndarray, column: np.ndarray, columns: int, n: i
 
 # Set i's number, as a uint64, for up to 64 sets (see _small_matrix).
 _SET_NUMBERS = np.arange(64, dtype=np.uint64)
+# Query-time sets are kept as their sorted unique hashes with the low _SET_BITS bits cleared (the top
+# 58 bits decide equality: a false match between two distinct shingles has probability 2^-58), so that
+# a set number below 64 can be ORed into the free bits and all sets sorted together by one merge.
+_SET_BITS = np.uint64(6)
+_SET_LOW = np.uint64(63)
 
 
-def _small_matrix(hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``_jaccard(*_pair_counts(hashes, counts))`` for 2 to 64 sets and at least one hash, the same floats,
-    in about half the numpy calls (at a query's size the calls, not the work, are the cost).
+def _set_values(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each set's hashes (laid end to end, ``counts[i]`` for set i, repeats allowed) as its sorted unique
+    values with the low 6 bits clear, end to end, and the new counts: the form :func:`_small_matrix`
+    and the shingle cache take. One sort of ``set << 58 | hash >> 6`` keys per 64 sets."""
+    if len(counts) > 64:
+        ends = np.cumsum(counts).tolist()
+        parts = [
+            _set_values(hashes[(ends[lo - 1] if lo else 0) : ends[min(lo + 64, len(ends)) - 1]], counts[lo : lo + 64])
+            for lo in range(0, len(counts), 64)
+        ]
+        return np.concatenate([v for v, _ in parts]), np.concatenate([c for _, c in parts])
+    n = len(counts)
+    keys = hashes >> _SET_BITS
+    keys |= np.repeat(_SET_NUMBERS[:n] << np.uint64(58), counts)
+    keys = _sorted(keys)
+    fresh = np.empty(len(keys), dtype=bool)
+    fresh[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
+    keys = keys[fresh]  # each set's repeats dropped
+    sizes = np.bincount((keys >> np.uint64(58)).astype(np.intp), minlength=n)
+    keys <<= _SET_BITS  # the set number shifted out, the low 6 bits clear
+    return keys, sizes
 
-    The same sort of ``value | set`` keys, but the repeats and the values held by one set only are kept:
-    each run of equal values becomes the bit mask of the sets holding it (a repeat ORs the same bit
-    again), and the ``D`` distinct masks with their counts give ``Bᵀ diag(count) B`` as in
-    :func:`_shared_counts`, whose diagonal is now each set's number of distinct values (its size).
+
+def _small_matrix(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``_jaccard(*_pair_counts(values, counts))`` for 2 to 64 sets and at least one value, the same floats,
+    in about a third of the numpy calls (at a query's size the calls, not the work, are the cost).
+
+    Each set's values must be sorted, unique, with the low 6 bits clear (as :func:`_set_values` gives
+    them). The set numbers ORed into those bits, one merge of the sorted runs puts each value's sets in
+    one run; each run becomes the bit mask of the sets holding it, and the ``D`` distinct masks with their
+    counts give ``Bᵀ diag(count) B`` as in :func:`_shared_counts`, whose diagonal is each set's size.
     """
     n = len(counts)
-    bits = max(1, (n - 1).bit_length())
-    low = np.uint64((1 << bits) - 1)
-    keys = hashes & ~low
-    keys |= np.repeat(_SET_NUMBERS[:n], counts)
-    keys = _sorted(keys)
-    values = keys >> np.uint64(bits)
-    new_run = np.empty(len(values), dtype=bool)
+    keys = values | np.repeat(_SET_NUMBERS[:n], counts)
+    keys.sort(kind="stable")  # timsort: n sorted runs, merged
+    shared = keys >> _SET_BITS
+    new_run = np.empty(len(keys), dtype=bool)
     new_run[0] = True
-    np.not_equal(values[1:], values[:-1], out=new_run[1:])
-    masks = np.bitwise_or.reduceat(_BITS[keys & low], np.flatnonzero(new_run))
+    np.not_equal(shared[1:], shared[:-1], out=new_run[1:])
+    masks = np.bitwise_or.reduceat(_BITS[keys & _SET_LOW], np.flatnonzero(new_run))
     masks.sort()
     first = np.empty(len(masks), dtype=bool)
     first[0] = True
     np.not_equal(masks[1:], masks[:-1], out=first[1:])
     at = np.flatnonzero(first)
-    weight = np.diff(at, append=len(masks)).astype(np.float64)
+    weight = np.empty(len(at), dtype=np.float64)  # run lengths of equal masks
+    np.subtract(at[1:], at[:-1], out=weight[:-1])
+    weight[-1] = len(masks) - at[-1]
     as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
     held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
     inter = (held.T * weight) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
@@ -388,8 +416,8 @@ def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
 class _ShingleCache:
     """The shingle hashes of recently seen texts, keyed by ``(ngram, text)``, oldest evicted first.
 
-    An entry is ``(hashes, start, stop)``: the text's hashes are ``hashes[start:stop]`` of the batch it
-    was hashed in (a tuple costs less to make than an array view, and the cold path makes 30 of
+    An entry is ``(values, start, stop)``: the text's shingle set is ``values[start:stop]`` of the batch
+    it was hashed in, in :func:`_set_values` form (sorted, unique, low 6 bits clear: ready to merge) (a tuple costs less to make than an array view, and the cold path makes 30 of
     them per query). One object behind one private attribute: pydantic resolves each private
     attribute access through ``__getattr__``, which costs about as much as a numpy call.
     """
@@ -475,7 +503,7 @@ class TextSimilarity:
             hashes = np.concatenate(parts)
             counts = np.fromiter([entry[2] - entry[1] for entry in known], dtype=np.int64, count=len(known))  # type: ignore[index]
         else:
-            hashes, counts = shingle_stream(fresh, ngram)
+            hashes, counts = _set_values(*shingle_stream(fresh, ngram))
             if cache is not None:
                 cache.put_many(ngram, fresh, hashes, counts, capacity)
         if 0 < len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,8 +172,8 @@ def test_the_small_matrix_gives_the_same_similarities_and_decisions_as_the_gener
 
     from rag_dedup import similarity
 
-    def general(hashes, counts):
-        return similarity._jaccard(*similarity._pair_counts(hashes, counts))
+    def general(values, counts):
+        return similarity._jaccard(*similarity._pair_counts(values, counts))
 
     small = similarity._small_matrix
     tops = _top30s()
@@ -193,4 +194,119 @@ def test_the_small_matrix_gives_the_same_similarities_and_decisions_as_the_gener
             continue
         hashes = rng.integers(0, int(rng.integers(1, 30)), int(counts.sum())).astype(np.uint64)
         hashes *= np.uint64(0x9E3779B97F4A7C15)
-        assert np.array_equal(small(hashes, counts), general(hashes, counts))
+        assert np.array_equal(small(*similarity._set_values(hashes, counts)), general(hashes, counts))
+    # And _set_values itself: each set's sorted unique hashes, low 6 bits cleared, for more than 64 sets too.
+    for n in (3, 64, 65, 150):
+        counts = rng.integers(0, 8, n).astype(np.int64)
+        hashes = rng.integers(0, 2**63, int(counts.sum()), dtype=np.int64).astype(np.uint64)
+        hashes[1::3] = hashes[::3][: len(hashes[1::3])]  # repeats, within and across sets
+        values, sizes = similarity._set_values(hashes, counts)
+        ends = np.cumsum(counts)
+        expected = [np.unique(hashes[e - c : e] & ~np.uint64(63)) for e, c in zip(ends, counts)]
+        assert sizes.tolist() == [len(x) for x in expected]
+        assert np.array_equal(values, np.concatenate(expected))
+
+
+# --- issue 18 item 1: every door that takes a collapse parameter checks it by rag_dedup.settings' rule ----
+
+
+def _doors(**kwargs):
+    """Each way a user hands collapse parameters to rag-dedup: the core, the three adapters' query-time
+    collapsers and retrievers (those that take the parameter), and an assignment where one is allowed."""
+    from llama_index.core.retrievers import BaseRetriever
+
+    from rag_dedup.llama_index import DedupPostprocessor, DistinctRetriever
+
+    class Empty(BaseRetriever):
+        def _retrieve(self, query_bundle):
+            return []
+
+    if "top_n" in kwargs:  # the core takes it per call
+        doors = {"Collapser.collapse": lambda: Collapser().collapse([Passage("a", "text")], **kwargs)}
+    else:
+        doors = {"Collapser": lambda: Collapser(**kwargs)}
+    doors["DedupPostprocessor"] = lambda: DedupPostprocessor(**kwargs)
+    if len(kwargs) == 1:
+        ((name, value),) = kwargs.items()
+        doors["DedupPostprocessor assignment"] = lambda: setattr(DedupPostprocessor(), name, value)
+    if set(kwargs) <= {"threshold"}:
+        doors["llama_index DistinctRetriever"] = lambda: DistinctRetriever(Empty(), top_k=3, **kwargs)
+    if set(kwargs) <= {"threshold", "top_n"}:
+        lc = pytest.importorskip("rag_dedup.langchain")
+        doors["langchain DedupCompressor"] = lambda: lc.DedupCompressor(**kwargs)
+        if "top_n" not in kwargs:
+            from langchain_community.retrievers import BM25Retriever
+            from langchain_core.documents import Document
+
+            bm25 = BM25Retriever.from_documents([Document("a text")])
+            doors["langchain DistinctRetriever"] = lambda: lc.DistinctRetriever(retriever=bm25, **kwargs)
+        hs = pytest.importorskip("rag_dedup.haystack")
+        doors["haystack DuplicateCollapser"] = lambda: hs.DuplicateCollapser(
+            **{("top_k" if k == "top_n" else k): v for k, v in kwargs.items()}
+        )
+    return doors
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        pytest.param({"threshold": 1.5}, lambda s: s.check_threshold(1.5), id="threshold-above-one"),
+        pytest.param({"threshold": 0}, lambda s: s.check_threshold(0), id="threshold-zero"),
+        pytest.param({"threshold": "0.8"}, lambda s: s.check_threshold("0.8"), id="threshold-str"),
+        pytest.param({"top_n": 0}, lambda s: s.check_top(0, "top_n", optional=True), id="top-n-zero"),
+        pytest.param({"top_n": 2.5}, lambda s: s.check_top(2.5, "top_n", optional=True), id="top-n-float"),
+        pytest.param({"floor": 0.9}, lambda s: s.check_drift_floor(0.9, 0.8, "floor"), id="floor-above-threshold"),
+        pytest.param({"floor": "0.5"}, lambda s: s.check_drift_floor("0.5", 0.8, "floor"), id="floor-str"),
+        pytest.param({"ngram": 65}, lambda s: s.check_ngram(65), id="ngram-above-max"),
+        pytest.param({"ngram": 0}, lambda s: s.check_ngram(0), id="ngram-zero"),
+        pytest.param({"cache_size": -1}, lambda s: s.check_cache_size(-1), id="cache-size-negative"),
+        pytest.param({"cache_size": True}, lambda s: s.check_cache_size(True), id="cache-size-bool"),
+    ],
+)
+def test_every_door_refuses_a_collapse_parameter_with_the_settings_message(kwargs, rule):
+    """The rule's own error (type and message) from every door: no door keeps a bound of its own."""
+    from rag_dedup import settings
+
+    with pytest.raises((TypeError, ValueError)) as expected:
+        rule(settings)
+    message = str(expected.value)
+    assert message.startswith(next(iter(kwargs)))  # the message names the parameter
+    for door, call in _doors(**kwargs).items():
+        if door == "haystack DuplicateCollapser" and "top_n" in kwargs:
+            message_here = message.replace("top_n", "top_k")  # Haystack's name for it
+        else:
+            message_here = message
+        with pytest.raises(type(expected.value), match=re.escape(message_here)):  # a TypeError is never wrapped
+            call()
+
+
+def test_a_threshold_assigned_below_the_floor_is_refused_by_the_floor_rule():
+    from rag_dedup import settings
+    from rag_dedup.llama_index import DedupPostprocessor
+
+    pp = DedupPostprocessor(floor=0.6)
+    with pytest.raises(ValueError) as expected:
+        settings.check_drift_floor(0.6, 0.5, "floor")
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        pp.threshold = 0.5
+    assert pp.threshold == 0.8  # the refused assignment changed nothing
+
+
+def test_collapse_columns_decides_as_collapse_on_real_top_30s():
+    """The adapters' column path against the Passage path: the same Kept and Fold, value for value."""
+    tops = _top30s()
+    for trust in (False, True):
+        collapser = Collapser(trust_clusters=trust)
+        for passages in tops:
+            sourced = [p._replace(ref_doc_id=f"doc-{p.key}") for p in passages]
+            columns = [list(c) for c in zip(*[(p.key, p.text, p.score, p.cluster, p.ref_doc_id) for p in sourced])]
+            keys, texts, scores, clusters, sources = columns
+            assert collapser.collapse_columns(keys, texts, scores, clusters, 10, sources) == collapser.collapse(sourced, 10)
+            assert collapser.collapse_columns(keys, texts, scores, clusters) == Collapser(trust_clusters=trust).collapse(
+                [p._replace(ref_doc_id=None) for p in passages]
+            )
+    assert sum(len(k.folded) for p in tops for k in Collapser().collapse(p)) > 0
+    with pytest.raises(ValueError, match="one entry per passage"):
+        Collapser().collapse_columns(["a", "b"], ["x"], [1.0], [None])
+    with pytest.raises(ValueError, match="merge_overlaps"):
+        Collapser(merge_overlaps=True).collapse_columns(["a"], ["x"], [1.0], [None])

@@ -177,6 +177,11 @@ class DocumentDeduplicator:
         return default_from_dict(cls, data)
 
 
+def _score(doc: Document) -> float | None:
+    """The document's score when it is a finite number, else None."""
+    return doc.score if isinstance(doc.score, (int, float)) and math.isfinite(doc.score) else None
+
+
 def _passage(doc: Document, source_key: str) -> Passage:
     meta = doc.meta
     text = doc.content if isinstance(doc.content, str) else None
@@ -184,11 +189,10 @@ def _passage(doc: Document, source_key: str) -> Passage:
     has_span = isinstance(start, int) and not isinstance(start, bool) and text is not None
     cluster = meta.get(DEDUP_CLUSTER)
     source = meta.get("source_id", meta.get(source_key))
-    score = doc.score if isinstance(doc.score, (int, float)) and math.isfinite(doc.score) else None
     return Passage(
         doc.id,
         text,
-        score,
+        _score(doc),
         cluster if isinstance(cluster, str) else None,
         source if isinstance(source, str) else None,
         start if has_span else None,
@@ -281,7 +285,21 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
             if not isinstance(doc, Document):
                 raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a haystack Document")
         limit = top_k if top_k is not None else self.top_k
-        kept = self._ready().collapse([_passage(d, self.source_key) for d in documents], top_n=limit)
+        collapser = self._ready()
+        if collapser.merge_overlaps:
+            kept = collapser.collapse([_passage(d, self.source_key) for d in documents], top_n=limit)
+        else:  # _passage's columns without the spans: this runs for every document of every query
+            keys, texts, scores, stamps, sources = [], [], [], [], []
+            for doc in documents:
+                meta = doc.meta
+                keys.append(doc.id)
+                texts.append(doc.content if isinstance(doc.content, str) else None)
+                scores.append(_score(doc))
+                cluster = meta.get(DEDUP_CLUSTER)
+                stamps.append(cluster if isinstance(cluster, str) else None)
+                source = meta.get("source_id", meta.get(self.source_key))
+                sources.append(source if isinstance(source, str) else None)
+            kept = collapser.collapse_columns(keys, texts, scores, stamps, limit, sources)
         return {"documents": [_survivor(k, documents) for k in kept]}
 
     @component.output_types(documents=list[Document])

@@ -24,11 +24,12 @@ from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
+from rag_dedup.settings import check_threshold, check_top
 from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entries
 
 __all__ = ["DedupCompressor", "collapse_documents"]
@@ -36,7 +37,6 @@ __all__ = ["DedupCompressor", "collapse_documents"]
 
 def _passage(doc: Document, source_key: str) -> Passage:
     meta = doc.metadata
-    score = meta.get("score")
     start = meta.get("start_index")
     text = doc.page_content if isinstance(doc.page_content, str) else None
     cluster = meta.get(DEDUP_CLUSTER)
@@ -45,12 +45,18 @@ def _passage(doc: Document, source_key: str) -> Passage:
     return Passage(
         document_key(doc),
         text,
-        float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score) else None,
+        _score(meta),
         cluster if isinstance(cluster, str) else None,
         source if isinstance(source, str) else None,
         start if has_span else None,
         start + len(text) if has_span else None,  # type: ignore[operator]
     )
+
+
+def _score(meta: dict[str, Any]) -> float | None:
+    """``metadata["score"]`` when it is a finite number, else None."""
+    score = meta.get("score")
+    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score) else None
 
 
 def collapse_documents(
@@ -64,7 +70,20 @@ def collapse_documents(
     for i, doc in enumerate(documents):
         if not isinstance(doc, Document):
             raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a langchain_core Document")
-    kept = collapser.collapse([_passage(d, source_key) for d in documents], top_n=top_n)
+    if collapser.merge_overlaps:
+        kept = collapser.collapse([_passage(d, source_key) for d in documents], top_n=top_n)
+    else:  # _passage's columns without the spans: this runs for every document of every query
+        keys, texts, scores, stamps, sources = [], [], [], [], []
+        for doc in documents:
+            meta = doc.metadata
+            keys.append(document_key(doc))
+            texts.append(doc.page_content if isinstance(doc.page_content, str) else None)
+            scores.append(_score(meta))
+            cluster = meta.get(DEDUP_CLUSTER)
+            stamps.append(cluster if isinstance(cluster, str) else None)
+            source = meta.get(source_key)
+            sources.append(source if isinstance(source, str) else None)
+        kept = collapser.collapse_columns(keys, texts, scores, stamps, top_n, sources)
     return [_survivor(k, documents, source_key) for k in kept]
 
 
@@ -104,8 +123,9 @@ class DedupCompressor(BaseDocumentCompressor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
 
-    top_n: int | None = Field(default=None, ge=1, description="Keep at most this many documents.")
-    threshold: float | None = Field(default=None, gt=0.0, le=1.0, description="Duplicate threshold (Jaccard).")
+    # The bounds are rag_dedup.settings' (the same rules and messages as the core's), checked below.
+    top_n: int | None = Field(default=None, description="Keep at most this many documents.")
+    threshold: float | None = Field(default=None, description="Duplicate threshold (Jaccard).")
     trust_clusters: bool = Field(
         default=False, description="Take two documents' cluster stamps as proof (no text check between them)."
     )
@@ -113,6 +133,16 @@ class DedupCompressor(BaseDocumentCompressor):
     index: DedupIndex | None = Field(default=None, description="An index whose clusters override the stamps.")
     source_key: str = Field(default="source", description="The metadata key naming a document's source.")
     _collapser: Collapser | None = PrivateAttr(default=None)
+
+    @field_validator("top_n", mode="before")
+    @classmethod
+    def _check_top_n(cls, value: object) -> int | None:
+        return check_top(value, "top_n", optional=True)
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _check_threshold(cls, value: object) -> float | None:
+        return None if value is None else check_threshold(value)
 
     def model_post_init(self, context: Any, /) -> None:
         self.collapser()  # bad settings fail here, not at the first query

@@ -13,13 +13,16 @@ returns is set on a copy of it: ``search_kwargs["k"]`` (vector store retrievers)
 from __future__ import annotations
 
 import math
+from typing import Any
+
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.compressor import DedupCompressor, collapse_documents
+from rag_dedup.settings import check_fetch_factor, check_threshold, check_top
 
 __all__ = ["DistinctRetriever"]
 
@@ -53,13 +56,33 @@ class DistinctRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     retriever: BaseRetriever
-    top_k: int = Field(default=4, ge=1, description="How many distinct documents to return.")
-    fetch_factor: float = Field(default=3.0, ge=1.0, allow_inf_nan=False, description="First fetch: top_k times this.")
-    max_fetch: int = Field(default=1000, ge=1, description="The deepest fetch.")
-    threshold: float | None = Field(default=None, gt=0.0, le=1.0, description="Duplicate threshold (Jaccard).")
+    # The bounds are rag_dedup.settings' (the same rules and messages as the core's), checked below.
+    top_k: int = Field(default=4, description="How many distinct documents to return.")
+    fetch_factor: float = Field(default=3.0, description="First fetch: top_k times this.")
+    max_fetch: int = Field(default=1000, description="The deepest fetch.")
+    threshold: float | None = Field(default=None, description="Duplicate threshold (Jaccard).")
     trust_clusters: bool = Field(default=False, description="Compare two stamped documents by cluster alone.")
     index: DedupIndex | None = Field(default=None, description="An index whose clusters override the stamps.")
     source_key: str = Field(default="source", description="The metadata key naming a document's source.")
+
+    # The collapse for the current settings and the settings it was made for (one compressor, so the
+    # shingles of the texts seen are remembered from one query to the next).
+    _made: tuple[tuple[Any, ...], DedupCompressor] | None = PrivateAttr(default=None)
+
+    @field_validator("top_k", "max_fetch", mode="before")
+    @classmethod
+    def _check_count(cls, value: object, info: ValidationInfo) -> int | None:
+        return check_top(value, info.field_name)
+
+    @field_validator("fetch_factor", mode="before")
+    @classmethod
+    def _check_fetch_factor(cls, value: object) -> float:
+        return check_fetch_factor(value)
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _check_threshold(cls, value: object) -> float | None:
+        return None if value is None else check_threshold(value)
 
     @model_validator(mode="after")
     def _check_retriever(self) -> DistinctRetriever:
@@ -72,10 +95,15 @@ class DistinctRetriever(BaseRetriever):
         return self
 
     def _compressor(self) -> DedupCompressor:
-        return DedupCompressor(
-            top_n=self.top_k, threshold=self.threshold, trust_clusters=self.trust_clusters, index=self.index,
-            source_key=self.source_key,
-        )
+        settings = (self.top_k, self.threshold, self.trust_clusters, self.index, self.source_key)
+        made = self._made
+        if made is None or made[0] != settings:
+            compressor = DedupCompressor(
+                top_n=self.top_k, threshold=self.threshold, trust_clusters=self.trust_clusters, index=self.index,
+                source_key=self.source_key,
+            )
+            made = self._made = (settings, compressor)
+        return made[1]
 
     def _first_fetch(self) -> int:
         return min(self.max_fetch, max(self.top_k, math.ceil(self.top_k * self.fetch_factor)))

@@ -39,14 +39,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, ImageNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
+from rag_dedup.llama_index._nodes import shallow_copy
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
+from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 
@@ -101,12 +103,10 @@ class DedupPostprocessor(BaseNodePostprocessor):
 
     model_config = ConfigDict(validate_assignment=True, arbitrary_types_allowed=True)
 
-    threshold: float = Field(
-        default=0.8, gt=0.0, le=1.0, description="Jaccard similarity at or above which two texts are duplicates."
-    )
-    top_n: int | None = Field(
-        default=None, ge=1, description="Keep at most this many nodes; None keeps all distinct ones."
-    )
+    # The bounds are rag_dedup.settings' (one rule per parameter, the same messages as the core's and
+    # the other adapters'), checked by the validators below, at construction and on assignment.
+    threshold: float = Field(default=0.8, description="Jaccard similarity at or above which two texts are duplicates.")
+    top_n: int | None = Field(default=None, description="Keep at most this many nodes; None keeps all distinct ones.")
     show: Literal["best", "representative"] = Field(
         default="best", description="Text a group shows: its best-scoring member, or its cluster's representative."
     )
@@ -116,18 +116,46 @@ class DedupPostprocessor(BaseNodePostprocessor):
     trust_clusters: bool = Field(
         default=False, description="Take cluster stamps as proof (no text check between clustered nodes)."
     )
-    floor: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Least similarity to fold into a node of one's cluster."
-    )
-    ngram: int = Field(default=DEFAULT_NGRAM, ge=1, le=64, description="Words per shingle for text comparison.")
+    floor: float | None = Field(default=None, description="Least similarity to fold into a node of one's cluster.")
+    ngram: int = Field(default=DEFAULT_NGRAM, description="Words per shingle for text comparison.")
 
-    cache_size: int = Field(
-        default=4096, ge=0, description="Texts whose shingles are remembered between calls (0: none)."
-    )
+    cache_size: int = Field(default=4096, description="Texts whose shingles are remembered between calls (0: none).")
 
     _index: DedupIndex | None = PrivateAttr(default=None)
     _docstore: BaseDocumentStore | None = PrivateAttr(default=None)
     _similarity: TextSimilarity = PrivateAttr(default_factory=TextSimilarity)
+    # The Collapser for the current settings and the settings it was made for (one private attribute:
+    # pydantic resolves each private attribute read through __getattr__, which costs about a microsecond).
+    _made: tuple[tuple[Any, ...], Collapser] | None = PrivateAttr(default=None)
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _check_threshold(cls, value: object, info: ValidationInfo) -> float:
+        threshold = check_threshold(value)
+        floor = info.data.get("floor")  # set: a threshold assigned later, which must stay above the floor
+        if floor is not None:
+            check_drift_floor(floor, threshold, "floor")
+        return threshold
+
+    @field_validator("top_n", mode="before")
+    @classmethod
+    def _check_top_n(cls, value: object) -> int | None:
+        return check_top(value, "top_n", optional=True)
+
+    @field_validator("floor", mode="before")
+    @classmethod
+    def _check_floor(cls, value: object, info: ValidationInfo) -> float | None:
+        return None if value is None else check_drift_floor(value, info.data.get("threshold", 1.0), "floor")
+
+    @field_validator("ngram", mode="before")
+    @classmethod
+    def _check_ngram(cls, value: object) -> int:
+        return check_ngram(value)
+
+    @field_validator("cache_size", mode="before")
+    @classmethod
+    def _check_cache_size(cls, value: object) -> int:
+        return check_cache_size(value)
 
     def __init__(
         self,
@@ -143,28 +171,23 @@ class DedupPostprocessor(BaseNodePostprocessor):
         cache_size: int = 4096,
         **kwargs: Any,
     ) -> None:
-        if index is not None and not isinstance(index, DedupIndex):
-            raise TypeError(f"index must be a rag_dedup.DedupIndex, got {type(index).__name__}")
         if docstore is not None and not isinstance(docstore, BaseDocumentStore):
             raise TypeError(f"docstore must be a llama_index BaseDocumentStore, got {type(docstore).__name__}")
-        if threshold is None:
-            threshold = float(getattr(index, "threshold", 0.8)) if index is not None else 0.8
-        if ngram is None:
-            ngram = int(getattr(index, "ngram", DEFAULT_NGRAM)) if index is not None else DEFAULT_NGRAM
+        # The core checks every setting (rag_dedup.settings' rules) and resolves the index's defaults.
+        rules = Collapser(threshold, floor=floor, ngram=ngram, index=index, cache_size=cache_size)
         super().__init__(
-            threshold=threshold,
+            threshold=rules.threshold,
             top_n=top_n,
             show=show,
             merge_overlaps=merge_overlaps,
             trust_clusters=trust_clusters,
             floor=floor,
-            ngram=ngram,
+            ngram=rules.ngram,
             cache_size=cache_size,
             **kwargs,
         )
         self._index = index
         self._docstore = docstore
-        self._collapser()  # validates floor against threshold
 
     @classmethod
     def class_name(cls) -> str:
@@ -178,7 +201,12 @@ class DedupPostprocessor(BaseNodePostprocessor):
     # -- the adapter: nodes to passages, the core's decision back onto nodes ------------------------
 
     def _collapser(self) -> Collapser:
-        return Collapser(
+        """The core's collapse for the current settings, made anew only when a setting was assigned."""
+        settings = (self.threshold, self.floor, self.ngram, self.trust_clusters, self.merge_overlaps, self.cache_size)
+        made = self._made
+        if made is not None and made[0] == settings:
+            return made[1]
+        collapser = Collapser(
             self.threshold,
             floor=self.floor,
             ngram=self.ngram,
@@ -188,6 +216,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
             cache_size=self.cache_size,
             similarity=self._similarity,
         )
+        self._made = (settings, collapser)
+        return collapser
 
     def _postprocess_nodes(
         self,
@@ -201,33 +231,37 @@ class DedupPostprocessor(BaseNodePostprocessor):
         that carry evidence (``None``: all; a node with blank text takes no place)."""
         if not nodes:
             return []
+        collapser = self._collapser()
         if self.merge_overlaps:
             passages = [_passage_with_span(nws) for nws in nodes]
-        else:  # _passage_with_span without the span, inlined: this runs for every node of every query
-            passages = []
+            texts: list[str | None] = [p.text for p in passages]
+            decision = collapser.collapse(passages, top_n)
+        else:  # the passages' columns, without the spans: this runs for every node of every query
+            keys: list[str] = []
+            texts = []
+            scores: list[float | None] = []
+            stamps: list[str | None] = []
             for nws in nodes:
                 node = nws.node
-                cluster = node.metadata.get(DEDUP_CLUSTER)
-                passages.append(
-                    Passage(
-                        node.id_,
-                        node.text if type(node) is TextNode else _text_of(node),
-                        nws.score,
-                        cluster if isinstance(cluster, str) else None,
-                    )
-                )
+                keys.append(node.id_)
+                texts.append(node.text if type(node) is TextNode else _text_of(node))
+                scores.append(nws.score)
+                cluster = node.metadata.get(DEDUP_CLUSTER)  # read_cluster, inlined
+                stamps.append(cluster if isinstance(cluster, str) else None)
+            decision = collapser.collapse_columns(keys, texts, scores, stamps, top_n)
         show_representative = self.show == "representative"
         out: list[NodeWithScore] = []
-        for kept in self._collapser().collapse(passages, top_n):
+        for kept in decision:
             nws = nodes[kept.position]
-            if passages[kept.position].text is None or not (kept.folded or show_representative):
+            if texts[kept.position] is None or not (kept.folded or show_representative):
                 out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
                 continue
             folded = _entries(nws.node)
             for f in kept.folded:
                 node = nodes[f.position].node
                 folded.append(collapsed_entry(node, f.score, f.reason, f.similarity))
-                folded.extend(_entries(node))
+                if DEDUP_COLLAPSED in node.metadata:  # _entries, only where an earlier pass wrote
+                    folded.extend(_entries(node))
             update: dict[str, Any] = {}
             shown = nws
             if kept.text is not None:  # windows joined into one passage
@@ -286,8 +320,9 @@ def _annotated(
     shown: NodeWithScore, folded: list[dict[str, Any]], score: float | None, update: dict[str, Any]
 ) -> NodeWithScore:
     """A copy of ``shown`` whose node (a copy too) carries ``dedup_collapsed`` (hidden from embed and LLM
-    text), with ``update`` applied to the node. Shallow copies through pydantic's ``model_copy``: the
-    node's other fields are shared with the caller's node, and never written to."""
+    text), with ``update`` applied to the node. Shallow copies, as pydantic's ``model_copy`` makes them
+    (:func:`~rag_dedup.llama_index._nodes.shallow_copy`): the node's other fields are shared with the
+    caller's node, and never written to."""
     node = shown.node
     hidden = {
         name: [*keys, DEDUP_COLLAPSED] if DEDUP_COLLAPSED not in keys else list(keys)
@@ -296,5 +331,5 @@ def _annotated(
             ("excluded_llm_metadata_keys", node.excluded_llm_metadata_keys),
         )
     }
-    copy = node.model_copy(update={**update, **hidden, "metadata": {**node.metadata, DEDUP_COLLAPSED: folded}})
-    return shown.model_copy(update={"node": copy, "score": score})
+    copy = shallow_copy(node, {**update, **hidden, "metadata": {**node.metadata, DEDUP_COLLAPSED: folded}})
+    return shallow_copy(shown, {"node": copy, "score": score})
