@@ -477,6 +477,8 @@ class DedupIndex:
             ``{new gid: {candidate gids}}`` for the pairs kept, and the shingle sets of the stored
             groups kept, by group id.
         """
+        if len(rows) == 0 and len(among_new[0]) == 0:
+            return {}, {}  # no candidates (most small batches): nothing to bound
         olds = np.unique(stored)
         old_sets = self.storage.group_shingles(olds.tolist())
         # Only new groups with a candidate take part (most have none): renumber them 0..n-1.
@@ -871,11 +873,17 @@ class DedupIndex:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+_NO_PAIRS = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+_NO_PAIRS[0].flags.writeable = _NO_PAIRS[1].flags.writeable = False
+
+
 def _shared_pairs(band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pairs of rows of an ``(n, b)`` band-key array that share at least one key, each once.
 
     Returns two int64 arrays ``(low, high)`` with ``low[i] < high[i]``, sorted.
     """
+    if band_keys.shape[0] < 2:
+        return _NO_PAIRS
     b = band_keys.shape[1]
     flat = band_keys.reshape(-1)
     order = np.argsort(flat, kind="stable")
