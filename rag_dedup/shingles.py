@@ -682,7 +682,8 @@ def _hash_one(form: str, ngram: int, ignore_decoration: bool, short_tokens: int)
     starts = ends - lengths
     prefix = np.empty(size + 1, dtype=np.uint64)
     prefix[0] = 0
-    np.cumsum(np.multiply(np.frombuffer(data, dtype=np.uint8), _POWERS.p[:size], dtype=np.uint64), out=prefix[1:])
+    np.multiply(np.frombuffer(data, dtype=np.uint8), _POWERS.p[:size], out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
     words = prefix[ends]
     words -= prefix[starts]
     words *= _POWERS.q[starts]

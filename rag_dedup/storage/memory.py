@@ -80,8 +80,9 @@ class BandTable:
     """
 
     _BUFFER_LIMIT = 4096
-    # Queries of at most this many keys (a few rows: one add, or a small add_many) take _query_small.
-    _SMALL_QUERY = 64
+    # Queries of at most this many keys (one add, or an add_many of about ten texts: below ~20 rows of
+    # 21 bands the small path is the faster, measured on a table of 15k groups) take _query_small.
+    _SMALL_QUERY = 256
     _SHARD_SHIFT = np.uint64(60)
 
     def __init__(self) -> None:
