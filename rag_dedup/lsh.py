@@ -97,7 +97,7 @@ def band_keys(signatures: np.ndarray, b: int, r: int) -> np.ndarray:
         raise ValueError(f"b * r ({b} * {r} = {b * r}) exceeds the signature length ({width})")
     multipliers, offsets = _constants(b, r)
     # (uint64 array arithmetic wraps modulo 2^64 silently, which is the "mod 2^64" above)
-    rows = np.multiply(signatures[:, : b * r], multipliers, dtype=np.uint64)
+    rows = np.multiply(signatures[:, : b * r], multipliers, dtype=np.uint64, casting="unsafe")  # as astype(uint64)
     keys = rows.reshape(n, b, r).sum(axis=2, dtype=np.uint64)
     keys += offsets
     return _fmix64_inplace(keys)

@@ -116,3 +116,15 @@ def test_add_one_at_a_time_gives_the_partition_of_add_many() -> None:
     assert single.matches(keys) == batch.matches(keys)
     assert sorted(single.clusters()) == sorted(batch.clusters())
     assert sum(len(m) > 1 for _, m in batch.clusters()) > 0  # there are clusters to agree on
+
+
+def test_band_keys_golden_values_and_input_dtypes() -> None:
+    """Band keys are stored with a saved index: pinned to the values of commit 902b820, before the
+    constants were cached, for signatures of any integer dtype (as ``astype(uint64)`` read them)."""
+    from rag_dedup.lsh import band_keys
+    from rag_dedup.shingles import shingle_hashes
+
+    sig = MinHasher(128, seed=1).signatures([shingle_hashes("the quick brown fox jumps over the lazy dog again and again")])
+    assert band_keys(sig, 21, 6)[0, [0, 1, 20]].tolist() == [10574068164953344751, 15915620766093920481, 12268344208197370319]
+    assert band_keys(sig, 16, 8)[0, [0, 15]].tolist() == [7711520615343337317, 11335616851421431867]
+    assert np.array_equal(band_keys(sig.astype(np.int64), 21, 6), band_keys(sig, 21, 6))
