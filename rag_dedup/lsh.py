@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from rag_dedup.settings import check_num_perm, check_threshold
-from rag_dedup.shingles import fmix64
+from rag_dedup.shingles import _fmix64_inplace
 
 __all__ = ["DEFAULT_RECALL", "band_keys", "candidate_probability", "choose_bands", "knee"]
 
@@ -95,17 +95,24 @@ def band_keys(signatures: np.ndarray, b: int, r: int) -> np.ndarray:
     n, width = signatures.shape
     if b * r > width:
         raise ValueError(f"b * r ({b} * {r} = {b * r}) exceeds the signature length ({width})")
-    with np.errstate(over="ignore"):
-        rows = signatures[:, : b * r].astype(np.uint64) * _multipliers(b * r)
-        keys = rows.reshape(n, b, r).sum(axis=2, dtype=np.uint64)
-        return fmix64(keys + np.arange(b, dtype=np.uint64))
+    multipliers, offsets = _constants(b, r)
+    # (uint64 array arithmetic wraps modulo 2^64 silently, which is the "mod 2^64" above)
+    rows = np.multiply(signatures[:, : b * r], multipliers, dtype=np.uint64, casting="unsafe")  # as astype(uint64)
+    keys = rows.reshape(n, b, r).sum(axis=2, dtype=np.uint64)
+    keys += offsets
+    return _fmix64_inplace(keys)
 
 
-_MULTIPLIERS: dict[int, np.ndarray] = {}
+_CONSTANTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _multipliers(n: int) -> np.ndarray:
-    if n not in _MULTIPLIERS:
+def _constants(b: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """The multipliers K_j of ``b * r`` positions and the band numbers 0..b-1 (cached, read-only)."""
+    found = _CONSTANTS.get((b, r))
+    if found is None:
         gen = np.random.default_rng(0x5EED)
-        _MULTIPLIERS[n] = gen.integers(0, 1 << 63, size=n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    return _MULTIPLIERS[n]
+        multipliers = gen.integers(0, 1 << 63, size=b * r, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        offsets = np.arange(b, dtype=np.uint64)
+        multipliers.flags.writeable = offsets.flags.writeable = False
+        found = _CONSTANTS[(b, r)] = (multipliers, offsets)
+    return found

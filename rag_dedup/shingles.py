@@ -605,6 +605,101 @@ def canonical_digest(text: str) -> bytes | None:
     return blake2b(canon.encode("utf-8"), digest_size=16).digest() if canon else None
 
 
+# --- one text (DedupIndex.add): the values of _hash_piece with a dozen numpy calls, not ~100 -------------
+# Per byte: "p" for ASCII punctuation and symbols (_PS_BYTES), " " for whitespace (as in _words), "n"
+# for the bytes of non-ASCII characters, "w" for the rest (solid bytes: letters, digits, controls).
+_WHITESPACE = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+_CLASSES = bytes(
+    ord("p") if byte in _PS_BYTES else ord(" ") if byte in _WHITESPACE else ord("n") if byte >= 128 else ord("w")
+    for byte in range(256)
+)
+# bytes.split() splits at 9-13 and 32 only: 28-31 become spaces first.
+_TO_SPACE = bytes.maketrans(b"\x1c\x1d\x1e\x1f", b"    ")
+# In the classes of " " + text + " ": a space and a word without a solid byte, each found (the space
+# after it is left for the next one); a decoration candidate (_settle_edged's rule).
+_EDGED_WORD = re.compile(rb" [pn]+(?= )")
+
+
+def _one_text_tokens(data: bytes, ignore_decoration: bool) -> list[bytes]:
+    """The tokens (UTF-8) of one shingle form's bytes, by the rule of
+    :func:`~rag_dedup.normalize.shingle_tokens` (split scripts are already set apart by spaces).
+
+    The words without a solid byte are found in one scan of the byte classes, and those that are
+    decoration are cut out; then each line loses its leading numbers (a number is leading when only
+    dropped words precede it on its line, and every decoration word is gone by then).
+    """
+    data = data.translate(_TO_SPACE)
+    if not ignore_decoration:
+        return data.split()
+    kept = data
+    parts = []
+    last = 0
+    for match in _EDGED_WORD.finditer(b" %s " % data.translate(_CLASSES)):
+        start, end = match.span()  # the word is data[start:end - 1]
+        if b"n" in match.group() and not _decoration_bytes(data[start : end - 1]):
+            continue
+        parts.append(data[last:start])
+        last = end - 1
+    if parts:
+        parts.append(data[last:])
+        kept = b" ".join(parts)
+    numbering = _NUMBERING_BYTES.fullmatch
+    lines = (kept.replace(b"\r", b"\n") if b"\r" in kept else kept).split(b"\n")
+    tokens: list[bytes] | None = None
+    for i, line in enumerate(lines):
+        first = line.split(None, 1)
+        if first and first[0][-1] in b".)" and len(first[0]) <= _NUMBERING_MAX and numbering(first[0]):
+            if tokens is None:
+                tokens = b" ".join(lines[:i]).split()
+            words = line.split()
+            j = 0
+            while j < len(words) and len(words[j]) <= _NUMBERING_MAX and numbering(words[j]):
+                j += 1
+            tokens.extend(words[j:])
+        elif tokens is not None:
+            tokens.extend(line.split())
+    if tokens is None:
+        tokens = kept.split()
+    return tokens or data.split()  # a text of decoration only is compared as written
+
+
+def _hash_one(form: str, ngram: int, ignore_decoration: bool, short_tokens: int) -> np.ndarray | None:
+    """The shingle hashes of one shingle form (see :func:`_run`) of at least ``ngram`` tokens outside
+    the short-text regime, or None for the others (the bulk path takes them). The same tokens, word
+    hashes and shingle hashes as :func:`_hash_piece` (the tests hold the two equal), per text."""
+    tokens = _one_text_tokens(form.encode("utf-8"), ignore_decoration)
+    n = len(tokens)
+    if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
+        return None
+    # Word hashes as in _words, over the tokens joined by single spaces: token i is bytes
+    # starts[i] .. ends[i] - 1 of the joined bytes.
+    data = b" ".join(tokens)
+    size = len(data)
+    _POWERS.ensure(size + 1)
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths + 1)
+    ends -= 1
+    starts = ends - lengths
+    prefix = np.empty(size + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(np.frombuffer(data, dtype=np.uint8), _POWERS.p[:size], out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    words = prefix[ends]
+    words -= prefix[starts]
+    words *= _POWERS.q[starts]
+    m = n - ngram + 1
+    # Window j is words[j .. j + ngram - 1]: a strided (m, ngram) view, combined with the C_k in one
+    # product (uint64 arithmetic wraps modulo 2^64, as the sums of the module docstring).
+    windows = np.ndarray((m, ngram), dtype=np.uint64, buffer=words, strides=(8, 8))
+    combined = windows @ _C_NP[:ngram]
+    hashed = (_fmix64_inplace(combined) >> np.uint64(32)).astype(np.uint32)
+    hashed.sort()
+    keep = np.empty(m, dtype=bool)
+    keep[0] = True
+    np.not_equal(hashed[1:], hashed[:-1], out=keep[1:])
+    return hashed[keep]
+
+
 def _run(
     texts: Sequence[str],
     ngram: int,
@@ -615,6 +710,14 @@ def _run(
 ) -> list[np.ndarray]:
     _check_ngram(ngram)
     check_rules(ignore_decoration, short_tokens)
+    if len(texts) == 1 and type(texts[0]) is str:
+        # One text: the bulk path's fixed cost (~100 small numpy calls) would be most of its cost.
+        form = texts[0] if canonicalized else token_form(texts[0])
+        one = _hash_one(shingle_form(form, ignore_decoration=ignore_decoration), ngram, ignore_decoration, short_tokens)
+        if one is not None:
+            if digests is not None:
+                digests.append(canonical_digest(texts[0]))
+            return [one]
     forms: list[str] = []
     reshaped: list[int] = []  # texts whose shingle form is not their token form
     for i, text in enumerate(texts):

@@ -82,6 +82,9 @@ class BandTable:
     """
 
     _BUFFER_LIMIT = 4096
+    # Queries of at most this many keys (one add, or an add_many of about ten texts: below ~20 rows of
+    # 21 bands the small path is the faster, measured on a table of 15k groups) take _query_small.
+    _SMALL_QUERY = 256
     _SHARD_SHIFT = np.uint64(60)
 
     def __init__(self) -> None:
@@ -131,6 +134,8 @@ class BandTable:
 
     def query_pairs(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`query` as arrays ``(rows, gids)``: each distinct (row, group) pair once, sorted (int64)."""
+        if keys.size <= self._SMALL_QUERY:
+            return self._query_small(keys)
         b = keys.shape[1]
         flat = keys.reshape(-1)
         order = np.argsort(flat)
@@ -159,6 +164,39 @@ class BandTable:
         # Group ids are non-negative int32: (row, gid) packs into one int64 that sorts the same way.
         pairs = np.unique((rows << 32) | gids)
         return pairs >> 32, pairs & 0xFFFFFFFF
+
+    def _query_small(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`query_pairs` of a few rows (one ``add``): a binary search per level of each run hit,
+        and the few matches read one by one, instead of the bulk path's dozen array operations a level."""
+        b = keys.shape[1]
+        flat = keys.reshape(-1)
+        values = flat.tolist()
+        by_shard: dict[int, list[int]] = {}
+        for i, shard in enumerate((flat >> self._SHARD_SHIFT).tolist()):
+            by_shard.setdefault(shard, []).append(i)
+        found: set[tuple[int, int]] = set()
+        for shard, where in by_shard.items():
+            run = self._runs[shard]
+            if not len(run):
+                continue
+            needles = flat[where]
+            for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
+                size = len(level_keys)
+                if not size:
+                    continue
+                for i, lo in zip(where, level_keys.searchsorted(needles).tolist()):
+                    value = values[i]
+                    while lo < size and level_keys[lo] == value:
+                        found.add((i // b, int(level_gids[lo])))
+                        lo += 1
+        if self._buffer:
+            get = self._buffer.get
+            found.update((i // b, g) for i, k in enumerate(values) for g in get(k, ()))
+        if self._dead:
+            found = {pair for pair in found if pair[1] not in self._dead}
+        pairs = sorted(found)
+        rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+        return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
 
     def _flush_buffer(self) -> None:
         if not self._buffer:

@@ -1,0 +1,130 @@
+"""The one-at-a-time paths (issue 14) against the bulk paths they shortcut, value for value.
+
+``DedupIndex.add`` hashes one text, signs one set and looks up one row of band keys; each of those
+has a path of its own for that case (:func:`rag_dedup.shingles._hash_one`, the single-set branch of
+:meth:`MinHasher.signatures`, :meth:`BandTable._query_small`), and each must give exactly what the
+bulk path gives for the same input.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from corpus import chunks, documents
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rag_dedup import DedupIndex
+from rag_dedup.minhash import MinHasher, reference_signature
+from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many, shingles_and_digests
+from rag_dedup.storage.memory import BandTable
+
+# Words that exercise every token rule: decoration (ASCII and Unicode punctuation), line-leading
+# numbers, https, split scripts, Hangul runs, separators 28-31, CR, NBSP, soft hyphen, ligatures.
+_PIECES = [
+    "alpha", "Beta", "gamma", "delta", "x", "*", "//", "--", "•", "—", "…", "1.", "12)", "(a)", "iv)", "(xxxviii)",
+    "b.", "a.b", "(c)", "<name@host>", "https://example.org/x", "日本語", "中文字", "한국어의문장은띄어쓰기가없다",
+    "ß\u0301", "ﬁle", "\u00ad", "\u00a0", "\x1c", "\x1f", "\t", "\r", "\r\n", "\n", "\n\n", "  ",
+]
+_TEXT = st.lists(st.sampled_from(_PIECES), max_size=40).map(lambda ps: " ".join(ps))
+
+
+def _bulk(text: str, **rules: object) -> tuple[np.ndarray, bytes | None]:
+    """The bulk path's shingles and digest of ``text`` (batched with another text, so not the one-text path)."""
+    sets, digests = shingles_and_digests([text, "pad"], **rules)  # type: ignore[arg-type]
+    return sets[0], digests[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT, st.integers(1, 6), st.booleans(), st.sampled_from([0, 20]))
+def test_one_text_shingles_and_digest_equal_the_bulk_path_and_the_reference(
+    text: str, ngram: int, ignore_decoration: bool, short_tokens: int
+) -> None:
+    rules = {"ngram": ngram, "ignore_decoration": ignore_decoration, "short_tokens": short_tokens}
+    (one,), (digest,) = shingles_and_digests([text], **rules)  # type: ignore[arg-type]
+    bulk, bulk_digest = _bulk(text, **rules)
+    assert np.array_equal(one, bulk) and one.dtype == np.uint32
+    assert digest == bulk_digest
+    assert np.array_equal(one, reference_shingle_hashes(text, **rules))  # type: ignore[arg-type]
+
+
+def test_one_text_shingles_equal_the_bulk_path_on_real_text() -> None:
+    texts = [t for _, t in chunks()[:400]] + list(documents().values())[:40]
+    bulk = shingle_hashes_many([*texts, "pad"])
+    for text, expected in zip(texts, bulk):
+        assert np.array_equal(shingle_hashes_many([text])[0], expected)
+        assert np.array_equal(shingle_hashes_many([text.lower()], canonicalized=True)[0], shingle_hashes_many([text.lower(), "pad"], canonicalized=True)[0])
+
+
+def test_one_set_signature_equals_the_batch_and_datasketch() -> None:
+    hasher = MinHasher(128, seed=3)
+    sets = shingle_hashes_many([t for _, t in chunks()[:60]])
+    batch = hasher.signatures(sets)
+    for i, s in enumerate(sets):
+        one = hasher.signatures([s])
+        assert one.shape == (1, 128) and one.dtype == np.uint32
+        assert np.array_equal(one[0], batch[i])
+    assert np.array_equal(hasher.signatures([sets[0]])[0], reference_signature(sets[0], 128, seed=3))
+
+
+def _table_with_every_level() -> tuple[BandTable, np.ndarray]:
+    """A band table with entries in main and young levels, in the write buffer, and a deleted group."""
+    rng = np.random.default_rng(14)
+    keys = rng.integers(0, 1 << 63, size=(3000, 9), dtype=np.uint64) * np.uint64(2)
+    keys[1::7] = keys[0::7][: len(keys[1::7])]  # rows sharing every band with another
+    keys[2::5, :3] = keys[3::5, :3][: len(keys[2::5])]  # rows sharing three bands
+    table = BandTable()
+    table.insert(list(range(0, 2000)), keys[:2000])  # bulk: straight into the runs' main levels
+    table.insert(list(range(2000, 2460)), keys[2000:2460])  # into the young levels (under a quarter of main)
+    for g in range(2460, 2710):  # small inserts: the write buffer
+        table.insert([g], keys[g : g + 1])
+    table.delete(7)
+    table.delete(2705)
+    return table, keys
+
+
+@pytest.mark.parametrize("rows", [pytest.param(1, id="one-row"), pytest.param(3, id="three-rows"), pytest.param(7, id="seven-rows")])
+def test_small_band_query_equals_the_bulk_query(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, keys = _table_with_every_level()
+    assert table._buffer and any(len(r.young_keys) for r in table._runs)  # every level is exercised
+    queries = [keys[lo : lo + rows] for lo in random.Random(rows).sample(range(0, 2710 - rows), 150)]
+    assert rows * keys.shape[1] <= BandTable._SMALL_QUERY
+    small = [table.query_pairs(q) for q in queries]
+    monkeypatch.setattr(BandTable, "_SMALL_QUERY", 0)
+    found = 0
+    for q, (rows_small, gids_small) in zip(queries, small):
+        rows_bulk, gids_bulk = table.query_pairs(q)
+        assert rows_small.dtype == rows_bulk.dtype == gids_small.dtype == gids_bulk.dtype == np.int64
+        assert np.array_equal(rows_small, rows_bulk) and np.array_equal(gids_small, gids_bulk)
+        found += len(gids_small)
+        assert 7 not in gids_small.tolist() and 2705 not in gids_small.tolist()
+    assert found > len(queries)  # the queries do find groups (not only empty answers)
+
+
+def test_add_one_at_a_time_gives_the_partition_of_add_many() -> None:
+    """The one-text, one-set and small-query paths together: the clusters and matches of one batch."""
+    items = chunks()[:500]
+    items = random.Random(5).sample(items, len(items))
+    batch = DedupIndex(threshold=0.8)
+    batch.add_many(items)
+    single = DedupIndex(threshold=0.8)
+    for key, text in items:
+        single.add(key, text)
+    keys = [k for k, _ in items]
+    assert single.matches(keys) == batch.matches(keys)
+    assert sorted(single.clusters()) == sorted(batch.clusters())
+    assert sum(len(m) > 1 for _, m in batch.clusters()) > 0  # there are clusters to agree on
+
+
+def test_band_keys_golden_values_and_input_dtypes() -> None:
+    """Band keys are stored with a saved index: pinned to the values of commit 902b820, before the
+    constants were cached, for signatures of any integer dtype (as ``astype(uint64)`` read them)."""
+    from rag_dedup.lsh import band_keys
+    from rag_dedup.shingles import shingle_hashes
+
+    sig = MinHasher(128, seed=1).signatures([shingle_hashes("the quick brown fox jumps over the lazy dog again and again")])
+    assert band_keys(sig, 21, 6)[0, [0, 1, 20]].tolist() == [10574068164953344751, 15915620766093920481, 12268344208197370319]
+    assert band_keys(sig, 16, 8)[0, [0, 15]].tolist() == [7711520615343337317, 11335616851421431867]
+    assert np.array_equal(band_keys(sig.astype(np.int64), 21, 6), band_keys(sig, 21, 6))
