@@ -90,8 +90,8 @@ SHORT_TOKENS = 20
 #:   trigrams, which lost half the letter edits of 3-4 word texts in bench_scripts.py. But a replaced
 #:   word of w letters takes w + g - 1 grams and its replacement of w' letters adds w' + g - 1, so
 #:   J >= 0.8 needs c >= 5(w + 1) + 4(w' + 1) + 1 with bigrams: 82 characters (12 words of 6 letters
-#:   and a space) for two 8-letter words, 100 for two 10-letter ones. In real 12-16 word texts, 0.49
-#:   to 0.63 of one-word replacements stayed below 0.8 (with trigrams).
+#:   and a space) for two 8-letter words, 100 for two 10-letter ones. In the real 12-20 token texts of
+#:   bench_scripts.py, only 0.49 to 0.67 of one-word replacements kept J >= 0.8 with trigrams.
 #: * Tokens, as a set of u distinct tokens: any one-token edit (a letter, a plural, a trailing full
 #:   stop, a whole word) takes 1 and adds 1, whatever the words' lengths: J = (u - 1) / (u + 1),
 #:   >= 0.8 from u = 9. 12 tokens leave room for three repeated ones ("the", "of", "a").
@@ -100,7 +100,8 @@ SHORT_TOKENS = 20
 #: tokens, too many for u < 9), token sets from 12 on (a one-token edit costs 1 of u >= 9 tokens).
 #: The price of token sets: word order no longer counts ("a to b" = "b to a"), and edits in two
 #: different words cost 2 of u (J >= 0.8 from u = 18), where bigrams pay 4 of ~7t. A whole word
-#: replaced in a text of 3-11 tokens is a near-duplicate under neither measure.
+#: replaced in a text of 3-11 tokens is a near-duplicate under neither measure, and an 11-token text
+#: never matches a 12-token one (they are in different spaces, as 20 and 21 tokens are).
 SHORT_SET_TOKENS = 12
 #: Texts of one or two tokens keep the one-shingle rule below: two different one-word texts
 #: ("colour", "color") are not near-duplicates however many letters they share.
@@ -271,23 +272,26 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
     Only words whose first and last bytes are not solid can be decoration, and only short words
-    ending in "." or ")" can be numbers: two gathers over the words (their first and last bytes) find
-    both kinds of candidate, and only the candidates (a few per text of prose) are looked at further,
-    with operations on the candidates alone. A number is dropped when it is *leading*: every word
+    ending in "." or ")" (not solid either) can be numbers: one gather over the words (their last
+    bytes) finds the words that may be either (about a fifth of prose's words: those ending in
+    punctuation), and only these are looked at further, with operations on them alone. A number is dropped when it is *leading*: every word
     before it on its line is dropped too.
 
     Returns ``(keep, dropped)``: the mask of the words kept, and the indices of the others (in no
     particular order), so that callers need no pass over all words to find the few dropped.
     """
-    head, tail = buf[starts], buf[ends - 1]
     keep = np.ones(len(starts), dtype=bool)
-    edged = np.flatnonzero(_LOOSE.take(head) & _LOOSE.take(tail))
+    # (starts and ends may be strided views, which take() would first copy whole: they are indexed)
+    loose = np.flatnonzero(_LOOSE.take(buf.take(ends - 1)))  # candidates of either kind
+    head = buf.take(starts[loose])
+    edged = loose[_LOOSE.take(head)]
     dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
-    numbers = np.flatnonzero(_NUMBER_LAST.take(tail))
+    last = _NUMBER_LAST.take(buf.take(ends[loose] - 1))
+    numbers, head = loose[last], head[last]
     if not len(numbers):
         return keep, dropped
     sizes = ends[numbers] - starts[numbers]
-    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head[numbers])) & keep[numbers]]
+    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head)) & keep[numbers]]
     if not len(numbers):
         return keep, dropped
     # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
@@ -297,8 +301,9 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     after = ends[previous]
     settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
     settled[1:] &= numbers[1:] - 1 != numbers[:-1]
+    walk = _walk_back(buf, starts, ends, keep, numbers[~settled]) if not settled.all() else numbers[:0]
     leading = []
-    for i in numbers[~settled].tolist():
+    for i in walk.tolist():
         j = i  # walk back over dropped words on the line: leading when none is kept
         while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
             j -= 1
@@ -310,6 +315,37 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     if leading:
         dropped = np.concatenate((dropped, np.array(leading, dtype=dropped.dtype)))
     return keep, dropped
+
+
+# Steps of _walk_back: a number after one or two dropped words (" . 1.", "- * 2.") is settled there.
+_WALK_STEPS = 3
+
+
+def _walk_back(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, open_: np.ndarray) -> np.ndarray:
+    """The candidates of ``open_`` (ascending word indices, kept so far) whose walk back does not end at
+    a kept word in at most _WALK_STEPS steps: the others are settled (not leading), in bulk.
+
+    A step goes from a word to the one before it when one byte that is no line break lies between
+    them (so they share a line). The walk ends, settled, at a kept word that is not itself in
+    ``open_`` (only those may still be dropped, which would let the walk go on past them). A walk
+    that meets a wider gap, a line break or the first word, or runs out of steps, is left open.
+    """
+    is_open = np.zeros(len(keep), dtype=bool)
+    is_open[open_] = True
+    at = open_.copy()
+    walking = np.ones(len(at), dtype=bool)
+    settled = np.zeros(len(at), dtype=bool)
+    for _ in range(_WALK_STEPS):
+        before = np.maximum(at - 1, 0)
+        gap = ends[before]  # (indexed, not take(): starts and ends may be strided views)
+        step = walking & (at > 0) & (starts[at] - gap == 1) & _NOT_BREAK.take(buf.take(gap, mode="clip"))
+        kept = keep.take(before)
+        settled |= step & kept & ~is_open.take(before)
+        walking = step & ~kept
+        if not walking.any():
+            break
+        at = np.where(walking, before, at)
+    return open_[~settled]
 
 
 def _settle_edged(

@@ -114,10 +114,19 @@ def test_bulk_shingles_equal_the_reference_on_mixed_scripts(texts: list[str], ng
         "it.\n2.  3. a\r(a)\t\t(b) iv) x. a b",
         "1.",
         "- 1.",
+        "see below . 1. a b c d e",  # a number after one dropped word, on a line with a kept one
+        "x . - 2. y z a b c",  # after two dropped words
+        "x . - * 3. y z a b c",  # after three: past the bulk walk's steps
+        "x . 1. 2. y z a b c",  # after a number that is itself open
+        ". 1. a b c d e f",  # after a dropped word that leads the text
+        "x .\n1. a b c d e",  # a line break in the gap
+        "x .  1. a b c d e",  # a gap of two spaces
+        "x . 1.\n. 2. a b c d e",
     ],
 )
 def test_numbers_after_a_kept_candidate_equal_the_reference(text: str) -> None:
-    """A line-leading word shaped like a number but not one (kept) stops the numbers after it from leading."""
+    """A line-leading word shaped like a number but not one (kept) stops the numbers after it from leading;
+    and a number after dropped words on a line with a kept word before them (settled in bulk) is kept."""
     for texts in ([text], [text, "x\n" + text, text + "\n" + text]):
         for got, one in zip(shingle_hashes_many(texts, short_tokens=0), texts):
             assert np.array_equal(got, reference_shingle_hashes(one, short_tokens=0))
