@@ -4,8 +4,8 @@ How a text is placed:
 
 1. **Exact pass.** Texts with the same :func:`~rag_dedup.normalize.canonical` form form one *group*
    (an exact-duplicate class). An empty canonical text forms no group: it is no one's duplicate.
-2. **Candidates.** A new group's shingle set (token ``ngram``-grams, or character trigrams for a short
-   text: :mod:`rag_dedup.shingles`) gets a MinHash signature; LSH with
+2. **Candidates.** A new group's shingle set (token ``ngram``-grams, or for a short text character
+   bigrams or its tokens: :func:`rag_dedup.shingles.short_measure`) gets a MinHash signature; LSH with
    ``b`` bands of ``r`` rows proposes every stored group that shares a band. (b, r) is chosen so that
    P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
@@ -75,7 +75,8 @@ __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 #: Version of the index's stored layout (directory and Redis).
 FORMAT_VERSION = settings.INDEX_FORMAT_VERSION
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
-SHINGLING = "tokens-poly64-fmix64-v2"
+#: v3: texts of 12 to ``short_tokens`` tokens are token sets (v2: character trigrams).
+SHINGLING = "tokens-poly64-fmix64-v3"
 # add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
 # when that is more (at most _BATCH_MAX). A batch's temporaries (signatures, band keys) stay a small
 # share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
@@ -161,8 +162,9 @@ class DedupIndex:
             line-leading numbers, reading ``https://`` as ``http://``
             (:func:`~rag_dedup.normalize.shingle_tokens`); exact copies are still judged on the whole
             canonical text. Stored with the index.
-        short_tokens: Texts of 3 to this many tokens are compared by character trigrams (the short-text
-            regime, :mod:`rag_dedup.shingles`); 0 turns it off. Stored with the index.
+        short_tokens: Texts of 3 to this many tokens are compared in the short-text regime (character
+            bigrams below 12 tokens, token sets from 12: :func:`rag_dedup.shingles.short_measure`);
+            0 turns it off. Stored with the index.
 
     Raises:
         ValueError: A parameter is out of range, or the storage holds an index made with others.

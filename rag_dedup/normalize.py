@@ -165,7 +165,7 @@ _SPLIT_GAP = re.compile(f"(?<=[{_SPLIT_CLASS}]) (?=[{_SPLIT_CLASS}])")
 def gram_text(tokens: str) -> str:
     """The text the short-text regime takes character grams of: ``tokens`` (a text's tokens joined by
     single spaces) without the spaces between two split-script characters, so that a run of Chinese
-    or Thai reads as it was written and its grams are character trigrams, not pairs around a space.
+    or Thai reads as it was written and its grams are pairs of characters, not a character and a space.
     """
     return tokens if tokens.isascii() else _SPLIT_GAP.sub("", tokens)
 

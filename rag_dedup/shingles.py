@@ -5,9 +5,12 @@ A text becomes the set of its word ``ngram``-grams (words are runs of non-whites
 the set is returned as a sorted array of unique ``uint32`` values. Near-duplicate detection is
 Jaccard similarity of these sets, |A ∩ B| / |A ∪ B|.
 
-The short-text rule: a text with fewer words than ``ngram`` (but at least one) is one shingle made
-of all its words, so two different three-word texts share nothing (Jaccard 0), and a short text is
-never a near-duplicate of a long one. An empty or whitespace-only text has no shingles, and
+The short-text rule (:func:`short_measure`, with the math at :data:`SHORT_SET_TOKENS`): a text of 3 to
+11 tokens is the set of its character bigrams, one of 12 to ``short_tokens`` (20) tokens the set of
+its tokens, so that near-identical headings, list items and NAME lines reach the threshold; with the
+regime off (``short_tokens=0``), and for texts of one or two tokens, a text with fewer words than
+``ngram`` (but at least one) is one shingle made of all its words, so two different one-word texts
+share nothing (Jaccard 0). A text in the regime is never a near-duplicate of a longer one. An empty or whitespace-only text has no shingles, and
 :func:`~rag_dedup.similarity.jaccard` of an empty set with anything is 0: an empty text is no one's duplicate.
 
 How the hashing is vectorised (the bottleneck of signature computation is here, not in MinHash):
@@ -45,6 +48,7 @@ from collections.abc import Sequence
 import functools
 import re
 from hashlib import blake2b
+from typing import Literal
 
 import numpy as np
 
@@ -54,6 +58,7 @@ __all__ = [
     "DEFAULT_NGRAM",
     "GRAM",
     "SHORT_MIN_TOKENS",
+    "SHORT_SET_TOKENS",
     "SHORT_TOKENS",
     "canonical_digest",
     "reference_shingle_hashes",
@@ -61,25 +66,48 @@ __all__ = [
     "shingle_hashes_many",
     "shingle_stream",
     "shingles_and_digests",
+    "short_measure",
 ]
 
 #: Five-word shingles: long enough that unrelated prose rarely shares one, short enough that a
 #: one-word edit changes only five of them.
 DEFAULT_NGRAM = 5
 #: The short-text regime: a text of SHORT_MIN_TOKENS to ``short_tokens`` tokens (default
-#: SHORT_TOKENS) is shingled as the character GRAM-grams of its tokens joined by single spaces.
-#: Why: with word n-grams, one changed word in a text of t tokens leaves (t - n + 1) - n of the
-#: t - n + 1 shingles shared, J = (t - 2n + 1) / (t + 1), which stays below 0.8 up to t = 49
-#: (J = 0.23 at t = 12); with character trigrams, a changed word of w letters touches about w + 2
-#: of the ~c grams of a c-character text, J ~ (c - w - 2) / (c + w + 2): >= 0.8 from about 11 words,
-#: and a changed letter keeps J >= 0.8 from about 3 words. Up to 20 tokens covers headings, list
-#: items, FAQ questions and NAME lines, and leaves the 180-word chunks the index is tuned for alone.
+#: SHORT_TOKENS) is compared by another measure than word n-grams (:func:`short_measure`): below
+#: SHORT_SET_TOKENS tokens, the set of character GRAM-grams (bigrams) of its tokens joined by single
+#: spaces; from SHORT_SET_TOKENS on, the set of its tokens.
+#: Why a regime: with word n-grams, one changed word in a text of t tokens leaves (t - n + 1) - n of
+#: the t - n + 1 shingles shared, J = (t - 2n + 1) / (t + 1), which stays below 0.8 up to t = 49
+#: (J = 0.23 at t = 12). Up to 20 tokens covers headings, list items, FAQ questions and NAME lines,
+#: and leaves the 180-word chunks the index is tuned for alone.
 SHORT_TOKENS = 20
+#: Where the short-text regime switches from character bigrams to token sets. The math: an edit that
+#: takes a of the F elements of a set and adds b new ones leaves J = (F - a) / (F + b), which is
+#: >= 0.8 exactly when F >= 5a + 4b.
+#:
+#: * Character g-grams of a c-character text (F <= c - g + 1): a changed letter takes g grams and adds
+#:   g, so J >= 0.8 needs c >= 10g - 1: 19 characters (three short words) for bigrams, 29 for
+#:   trigrams, which lost half the letter edits of 3-4 word texts in bench_scripts.py. But a replaced
+#:   word of w letters takes w + g - 1 grams and its replacement of w' letters adds w' + g - 1, so
+#:   J >= 0.8 needs c >= 5(w + 1) + 4(w' + 1) + 1 with bigrams: 82 characters (12 words of 6 letters
+#:   and a space) for two 8-letter words, 100 for two 10-letter ones. In the real 12-20 token texts of
+#:   bench_scripts.py, only 0.49 to 0.67 of one-word replacements kept J >= 0.8 with trigrams.
+#: * Tokens, as a set of u distinct tokens: any one-token edit (a letter, a plural, a trailing full
+#:   stop, a whole word) takes 1 and adds 1, whatever the words' lengths: J = (u - 1) / (u + 1),
+#:   >= 0.8 from u = 9. 12 tokens leave room for three repeated ones ("the", "of", "a").
+#:
+#: So bigrams below 12 tokens (a letter edit costs 2 of ~7t grams, where it would cost 1 of u <= 11
+#: tokens, too many for u < 9), token sets from 12 on (a one-token edit costs 1 of u >= 9 tokens).
+#: The price of token sets: word order no longer counts ("a to b" = "b to a"), and edits in two
+#: different words cost 2 of u (J >= 0.8 from u = 18), where bigrams pay 4 of ~7t. A whole word
+#: replaced in a text of 3-11 tokens is a near-duplicate under neither measure, and an 11-token text
+#: never matches a 12-token one (they are in different spaces, as 20 and 21 tokens are).
+SHORT_SET_TOKENS = 12
 #: Texts of one or two tokens keep the one-shingle rule below: two different one-word texts
 #: ("colour", "color") are not near-duplicates however many letters they share.
 SHORT_MIN_TOKENS = 3
-#: Characters per gram in the short-text regime.
-GRAM = 3
+#: Characters per gram in the short-text regime (below SHORT_SET_TOKENS tokens).
+GRAM = 2
 
 _MASK64 = (1 << 64) - 1
 # The polynomial base: the 64-bit FNV prime (odd, hence invertible mod 2^64).
@@ -166,6 +194,24 @@ def _check_ngram(ngram: int) -> None:
         raise ValueError(f"ngram ({ngram}) must be between 1 and {_MAX_NGRAM}; 5-word shingles are the usual choice")
 
 
+def short_measure(tokens: int, short_tokens: int = SHORT_TOKENS) -> Literal["shingles", "chars", "tokens"]:
+    """How a text of ``tokens`` tokens is compared under ``short_tokens`` (the short-text rule).
+
+    ``"chars"``: SHORT_MIN_TOKENS to SHORT_SET_TOKENS - 1 tokens (and at most ``short_tokens``),
+    the set of character GRAM-grams (bigrams); ``"tokens"``: SHORT_SET_TOKENS to ``short_tokens`` tokens, the
+    set of tokens; ``"shingles"``: every other text (word ``ngram``-grams, or for fewer than ``ngram``
+    tokens one shingle of them all, so that two different one-word texts share nothing), and every
+    text when ``short_tokens`` is 0. See :data:`SHORT_SET_TOKENS` for the math.
+
+    Example:
+        >>> [short_measure(t) for t in (2, 3, 11, 12, 20, 21)]
+        ['shingles', 'chars', 'chars', 'tokens', 'tokens', 'shingles']
+    """
+    if short_tokens == 0 or not SHORT_MIN_TOKENS <= tokens <= short_tokens:
+        return "shingles"
+    return "tokens" if tokens >= SHORT_SET_TOKENS else "chars"
+
+
 def check_rules(ignore_decoration: bool, short_tokens: int) -> None:
     """Validate the token rule parameters (see :func:`shingle_hashes_many`)."""
     if not isinstance(ignore_decoration, bool):
@@ -226,23 +272,26 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
     Only words whose first and last bytes are not solid can be decoration, and only short words
-    ending in "." or ")" can be numbers: two gathers over the words (their first and last bytes) find
-    both kinds of candidate, and only the candidates (a few per text of prose) are looked at further,
-    with operations on the candidates alone. A number is dropped when it is *leading*: every word
+    ending in "." or ")" (not solid either) can be numbers: one gather over the words (their last
+    bytes) finds the words that may be either (about a fifth of prose's words: those ending in
+    punctuation), and only these are looked at further, with operations on them alone. A number is dropped when it is *leading*: every word
     before it on its line is dropped too.
 
     Returns ``(keep, dropped)``: the mask of the words kept, and the indices of the others (in no
     particular order), so that callers need no pass over all words to find the few dropped.
     """
-    head, tail = buf[starts], buf[ends - 1]
     keep = np.ones(len(starts), dtype=bool)
-    edged = np.flatnonzero(_LOOSE.take(head) & _LOOSE.take(tail))
+    # (starts and ends may be strided views, which take() would first copy whole: they are indexed)
+    loose = np.flatnonzero(_LOOSE.take(buf.take(ends - 1)))  # candidates of either kind
+    head = buf.take(starts[loose])
+    edged = loose[_LOOSE.take(head)]
     dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
-    numbers = np.flatnonzero(_NUMBER_LAST.take(tail))
+    last = _NUMBER_LAST.take(buf.take(ends[loose] - 1))
+    numbers, head = loose[last], head[last]
     if not len(numbers):
         return keep, dropped
     sizes = ends[numbers] - starts[numbers]
-    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head[numbers])) & keep[numbers]]
+    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head)) & keep[numbers]]
     if not len(numbers):
         return keep, dropped
     # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
@@ -252,8 +301,9 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     after = ends[previous]
     settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
     settled[1:] &= numbers[1:] - 1 != numbers[:-1]
+    walk = _walk_back(buf, starts, ends, keep, numbers[~settled]) if not settled.all() else numbers[:0]
     leading = []
-    for i in numbers[~settled].tolist():
+    for i in walk.tolist():
         j = i  # walk back over dropped words on the line: leading when none is kept
         while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
             j -= 1
@@ -265,6 +315,37 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     if leading:
         dropped = np.concatenate((dropped, np.array(leading, dtype=dropped.dtype)))
     return keep, dropped
+
+
+# Steps of _walk_back: a number after one or two dropped words (" . 1.", "- * 2.") is settled there.
+_WALK_STEPS = 3
+
+
+def _walk_back(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, open_: np.ndarray) -> np.ndarray:
+    """The candidates of ``open_`` (ascending word indices, kept so far) whose walk back does not end at
+    a kept word in at most _WALK_STEPS steps: the others are settled (not leading), in bulk.
+
+    A step goes from a word to the one before it when one byte that is no line break lies between
+    them (so they share a line). The walk ends, settled, at a kept word that is not itself in
+    ``open_`` (only those may still be dropped, which would let the walk go on past them). A walk
+    that meets a wider gap, a line break or the first word, or runs out of steps, is left open.
+    """
+    is_open = np.zeros(len(keep), dtype=bool)
+    is_open[open_] = True
+    at = open_.copy()
+    walking = np.ones(len(at), dtype=bool)
+    settled = np.zeros(len(at), dtype=bool)
+    for _ in range(_WALK_STEPS):
+        before = np.maximum(at - 1, 0)
+        gap = ends[before]  # (indexed, not take(): starts and ends may be strided views)
+        step = walking & (at > 0) & (starts[at] - gap == 1) & _NOT_BREAK.take(buf.take(gap, mode="clip"))
+        kept = keep.take(before)
+        settled |= step & kept & ~is_open.take(before)
+        walking = step & ~kept
+        if not walking.any():
+            break
+        at = np.where(walking, before, at)
+    return open_[~settled]
 
 
 def _settle_edged(
@@ -432,7 +513,8 @@ def _hash_piece(
             words, words_per_text = words[kept], left
             text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    gram_texts = _gram_regime(words_per_text, short_tokens)
+    short_texts = _short_regime(words_per_text, short_tokens)
+    gram_texts, set_texts = _split_regime(words_per_text, short_texts)
     if kept is not None and len(gram_texts):
         starts, ends = starts[kept], ends[kept]
 
@@ -445,18 +527,24 @@ def _hash_piece(
             for k in range(1, ngram):
                 combined += words[k : k + m] * _C_NP[k]
             valid = text_of_word[:m] == text_of_word[ngram - 1 :]
-            if len(gram_texts):
-                valid &= ~np.isin(text_of_word[:m], gram_texts)
+            if len(short_texts):
+                valid &= ~np.isin(text_of_word[:m], short_texts)
             owner = text_of_word[:m][valid]
             hashed = (fmix64(combined[valid]) >> np.uint64(32)).astype(np.uint32)
             _sorted_sets(owner, hashed, out)
-        # Short texts (1 <= words < ngram) outside the gram regime: one shingle of all their words.
+        # Short texts (1 <= words < ngram) outside the short-text regime: one shingle of all their words.
         one = (words_per_text > 0) & (words_per_text < ngram)
-        one[gram_texts] = False
+        one[short_texts] = False
         for i in np.flatnonzero(one):
             w = words[first_word[i] : first_word[i] + words_per_text[i]]
             total = int(len(w)) * _SHORT_MARK + sum(int(x) * _C[k] for k, x in enumerate(w.tolist()))
             out[i] = np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)
+        if len(set_texts):  # the token sets of the regime's longer texts
+            member = np.zeros(len(texts), dtype=bool)
+            member[set_texts] = True
+            mine = member[text_of_word]
+            hashed = (fmix64(words[mine] * _C_NP[0] + _SET_MARK) >> np.uint64(32)).astype(np.uint32)
+            _sorted_sets(text_of_word[mine], hashed, out)
     if len(gram_texts):
         strings = _gram_strings(joined, starts, ends, first_word, words_per_text, gram_texts)
         grams, counts = _char_grams(strings)
@@ -468,11 +556,19 @@ def _hash_piece(
     return out
 
 
-def _gram_regime(words_per_text: np.ndarray, short_tokens: int) -> np.ndarray:
+def _short_regime(words_per_text: np.ndarray, short_tokens: int) -> np.ndarray:
     """The texts (indices) in the short-text regime: SHORT_MIN_TOKENS <= tokens <= short_tokens."""
     if short_tokens == 0:
         return np.empty(0, dtype=np.int64)
     return np.flatnonzero((words_per_text >= SHORT_MIN_TOKENS) & (words_per_text <= short_tokens))
+
+
+def _split_regime(words_per_text: np.ndarray, short_texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The regime's texts split by :func:`short_measure`: (character-gram texts, token-set texts)."""
+    if not len(short_texts):
+        return short_texts, short_texts
+    sets = words_per_text[short_texts] >= SHORT_SET_TOKENS
+    return short_texts[~sets], short_texts[sets]
 
 
 def _gram_strings(
@@ -488,8 +584,11 @@ def _gram_strings(
     return out
 
 
-# Added to every character-gram sum, so a gram's hash is unrelated to a word shingle's by design.
+# Added to every character-gram sum, so a gram's hash is unrelated to a word shingle's by design; and
+# likewise to every token-set element (C_0 · w + mark), so it is not a 1-word shingle's hash.
 _GRAM_MARK = _splitmix64(_MAX_NGRAM)
+_SET_MARK_INT = _splitmix64(_MAX_NGRAM + 1)
+_SET_MARK = np.uint64(_SET_MARK_INT)
 _GRAM_C = _C_NP[:GRAM]
 
 
@@ -571,8 +670,9 @@ def shingle_hashes_many(
         canonicalized: The texts are already in :func:`canonical` (or :func:`token_form`) form.
         ignore_decoration: Drop comment and list markers, punctuation-only tokens and line-leading
             numbers, and read ``https://`` as ``http://`` (see :func:`~rag_dedup.normalize.shingle_tokens`).
-        short_tokens: Texts of SHORT_MIN_TOKENS to this many tokens are shingled as character
-            GRAM-grams (the short-text regime); 0 turns the regime off.
+        short_tokens: Texts of SHORT_MIN_TOKENS to this many tokens are compared in the short-text
+            regime (:func:`short_measure`: character GRAM-grams below SHORT_SET_TOKENS tokens, the
+            set of tokens from there); 0 turns the regime off.
 
     Returns:
         One sorted array of unique ``uint32`` shingle hashes per text, equal to
@@ -862,9 +962,10 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     # first_word[i] .. first_word[i + 1] - 1.
     first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths + 1)
     words_per_text = np.diff(first_word, append=len(starts))
-    gram_texts = _gram_regime(words_per_text, short_tokens)
+    short_texts = _short_regime(words_per_text, short_tokens)
+    gram_texts, set_texts = _split_regime(words_per_text, short_texts)
     windows = words_per_text.copy()
-    windows[gram_texts] = 0
+    windows[short_texts] = 0
     counts = np.maximum(windows - (ngram - 1), 0)
     m = len(words) - ngram + 1
     if m > 0:
@@ -875,16 +976,16 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
             combined += words[k : k + m]
         owner = np.repeat(np.arange(n), words_per_text)
         valid = owner[:m] == owner[ngram - 1 :]  # windows inside one text
-        if len(gram_texts):
+        if len(short_texts):
             valid &= windows[owner[:m]] > 0
         hashed = combined[valid]
     else:
         hashed = np.empty(0, dtype=np.uint64)
     one = (windows > 0) & (windows < ngram)
-    if not one.any() and not len(gram_texts):
+    if not one.any() and not len(short_texts):
         return hashed, counts
-    # The other texts have no windows: a short text's one shingle, or a gram-regime text's character
-    # grams, go at their own offsets.
+    # The other texts have no windows: a short text's one shingle, or a regime text's character grams
+    # or tokens, go at their own offsets.
     special: dict[int, np.ndarray] = {}
     for i in np.flatnonzero(one).tolist():
         w = words[first_word[i] : first_word[i] + words_per_text[i]].tolist()
@@ -895,6 +996,8 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
         grams, gram_counts = _char_grams(strings)
         for i, part in zip(gram_texts.tolist(), np.split(grams, np.cumsum(gram_counts)[:-1])):
             special[i] = part
+    for i in set_texts.tolist():  # a token's own hash, marked (a token never equals a 1-word shingle)
+        special[i] = words[first_word[i] : first_word[i] + words_per_text[i]] + _SET_MARK
     for i, part in special.items():
         counts[i] = len(part)
     out = np.empty(int(counts.sum()), dtype=np.uint64)
@@ -929,14 +1032,17 @@ def reference_shingle_hashes(
     tokens = shingle_tokens(text, ignore_decoration=ignore_decoration)
     if not tokens:
         return np.empty(0, dtype=np.uint32)
-    if short_tokens and SHORT_MIN_TOKENS <= len(tokens) <= short_tokens:
+    words = [sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(t.encode("utf-8"))) & _MASK64 for t in tokens]
+    measure = short_measure(len(tokens), short_tokens)
+    if measure == "tokens":
+        return np.array(sorted({_fmix64_py((w * _C[0] + _SET_MARK_INT) & _MASK64) >> 32 for w in words}), dtype=np.uint32)
+    if measure == "chars":
         points = [ord(ch) for ch in gram_text(" ".join(tokens))]
         grams = set()
         for i in range(len(points) - GRAM + 1):
             total = (_GRAM_MARK + sum(points[i + k] * _C[k] for k in range(GRAM))) & _MASK64
             grams.add(_fmix64_py(total) >> 32)
         return np.array(sorted(grams), dtype=np.uint32)
-    words = [sum(byte * pow(_P, k, 1 << 64) for k, byte in enumerate(t.encode("utf-8"))) & _MASK64 for t in tokens]
     if len(words) < ngram:
         total = len(words) * _SHORT_MARK + sum(w * _C[k] for k, w in enumerate(words))
         return np.array([_fmix64_py(total & _MASK64) >> 32], dtype=np.uint32)

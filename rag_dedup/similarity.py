@@ -464,7 +464,7 @@ class TextSimilarity:
         >>> sim = TextSimilarity()
         >>> m = sim.matrix(["one two three four five six", "one two three four five seven", "other"], ngram=5)
         >>> m.round(3).tolist()
-        [[1.0, 0.793, 0.0], [0.793, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        [[1.0, 0.8, 0.0], [0.8, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
 
     __slots__ = ("_cache",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,14 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_dedup import DedupIndex
-from rag_dedup.index import IndexMismatchError
+from rag_dedup.index import SHINGLING, IndexMismatchError
 from rag_dedup.normalize import shingle_tokens, token_form
+from rag_dedup.storage import directory
+from rag_dedup.storage.directory import MANIFEST
 from rag_dedup.shingles import (
     reference_shingle_hashes,
     shingle_hashes,
     shingle_hashes_many,
     shingle_stream,
     shingles_and_digests,
+    short_measure,
 )
 from rag_dedup.similarity import jaccard
 
@@ -110,16 +114,49 @@ def test_bulk_shingles_equal_the_reference_on_mixed_scripts(texts: list[str], ng
         "it.\n2.  3. a\r(a)\t\t(b) iv) x. a b",
         "1.",
         "- 1.",
+        "see below . 1. a b c d e",  # a number after one dropped word, on a line with a kept one
+        "x . - 2. y z a b c",  # after two dropped words
+        "x . - * 3. y z a b c",  # after three: past the bulk walk's steps
+        "x . 1. 2. y z a b c",  # after a number that is itself open
+        ". 1. a b c d e f",  # after a dropped word that leads the text
+        "x .\n1. a b c d e",  # a line break in the gap
+        "x .  1. a b c d e",  # a gap of two spaces
+        "x . 1.\n. 2. a b c d e",
     ],
 )
 def test_numbers_after_a_kept_candidate_equal_the_reference(text: str) -> None:
-    """A line-leading word shaped like a number but not one (kept) stops the numbers after it from leading."""
+    """A line-leading word shaped like a number but not one (kept) stops the numbers after it from leading;
+    and a number after dropped words on a line with a kept word before them (settled in bulk) is kept."""
     for texts in ([text], [text, "x\n" + text, text + "\n" + text]):
         for got, one in zip(shingle_hashes_many(texts, short_tokens=0), texts):
             assert np.array_equal(got, reference_shingle_hashes(one, short_tokens=0))
         assert [len(s) for s in stream_sets(texts, short_tokens=0)] == [
             len(s) for s in shingle_hashes_many(texts, short_tokens=0)
         ]
+
+
+def test_bulk_shingles_equal_the_reference_across_the_short_regime_boundaries() -> None:
+    """Every measure of short_measure (one shingle, character grams, token sets, word shingles), at
+    each boundary, on real lines (NAME lines, CJK, decoration): the bulk, reference and stream paths agree."""
+    lines = (SCRIPTS / "name-lines.txt").read_text().splitlines()
+    words = " ".join(lines).split()
+    cjk = max(cjk_paragraphs(), key=len)
+    texts = [" ".join(words[i : i + size]) for i, size in enumerate(range(1, 26))]
+    texts += ["* " + t + "." for t in texts] + [cjk[:size] for size in (2, 3, 11, 12, 20, 21)]
+    texts += [" ".join(words[:12]) + " " + cjk[:4]]
+    measures = {short_measure(len(shingle_tokens(t))) for t in texts}
+    assert measures == {"shingles", "chars", "tokens"}
+    for short in (0, 11, 12, 20):
+        fast = shingle_hashes_many(texts, short_tokens=short)
+        for text, got in zip(texts, fast):
+            assert np.array_equal(got, reference_shingle_hashes(text, short_tokens=short)), (short, text)
+        assert [len(s) for s in stream_sets(texts, short_tokens=short)] == [len(s) for s in fast]
+    sets = shingle_hashes_many(texts)
+    streamed = stream_sets(texts)
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            union = len(streamed[i] | streamed[j])
+            assert jaccard(sets[i], sets[j]) == pytest.approx(len(streamed[i] & streamed[j]) / union if union else 0.0)
 
 
 def test_bulk_shingles_equal_the_reference_on_real_cjk_and_headers() -> None:
@@ -238,14 +275,37 @@ def test_an_index_built_with_other_token_rules_fails_clearly_on_open(redis_url: 
         DedupIndex(storage=redis_url, namespace=f"tokens-{named}", **opened)
 
 
-def test_an_index_of_the_previous_shingling_fails_clearly_on_open(redis_url: str) -> None:
-    index = DedupIndex(storage=redis_url, namespace="tokens-v1")
+@pytest.mark.parametrize(
+    "previous",
+    [
+        pytest.param("words-poly64-fmix64-v1", id="word-tokens"),
+        pytest.param("tokens-poly64-fmix64-v2", id="trigrams-up-to-20-tokens"),
+    ],
+)
+def test_an_index_of_a_previous_shingling_fails_clearly_on_open(redis_url: str, previous: str) -> None:
+    """An index whose short texts of 12-20 tokens were stored as trigrams (v2) cannot be extended with token sets."""
+    index = DedupIndex(storage=redis_url, namespace=f"tokens-{previous}")
     meta = index.storage.load_meta()
-    assert meta is not None
-    meta["shingling"] = "words-poly64-fmix64-v1"
+    assert meta is not None and meta["shingling"] == SHINGLING != previous
+    meta["shingling"] = previous
     index.storage.save_meta(meta)
-    with pytest.raises(IndexMismatchError, match="shingling='words-poly64-fmix64-v1'"):
-        DedupIndex(storage=redis_url, namespace="tokens-v1")
+    with pytest.raises(IndexMismatchError, match=f"shingling='{previous}' but this index has shingling='{SHINGLING}'"):
+        DedupIndex(storage=redis_url, namespace=f"tokens-{previous}")
+
+
+def test_a_saved_index_of_the_previous_shingling_fails_clearly_on_load(tmp_path: Path) -> None:
+    """The saved directory carries the shingling name: a v2 save is refused, not silently mixed."""
+    index = DedupIndex()
+    index.add("a", "How do I reset my password if I no longer have access to my account?")
+    index.save(tmp_path / "idx")
+    manifest_path = tmp_path / "idx" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["meta"]["shingling"] == SHINGLING
+    manifest["meta"]["shingling"] = "tokens-poly64-fmix64-v2"
+    manifest["sha256"] = directory._manifest_digest({k: v for k, v in manifest.items() if k != "sha256"})
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(IndexMismatchError, match="shingling='tokens-poly64-fmix64-v2'"):
+        DedupIndex.load(tmp_path / "idx")
 
 
 @pytest.mark.parametrize(

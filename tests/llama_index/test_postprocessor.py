@@ -32,7 +32,7 @@ from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP
 from rag_dedup.normalize import canonical, gram_text, shingle_tokens
 from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.llama_index.retriever import DistinctRetriever
-from rag_dedup.shingles import GRAM, SHORT_MIN_TOKENS, SHORT_TOKENS, shingle_hashes, shingle_stream
+from rag_dedup.shingles import GRAM, shingle_hashes, shingle_stream, short_measure
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix
 from rag_dedup.llama_index.transform import DedupTransform
 
@@ -59,13 +59,14 @@ def chunks(documents: list[Document]) -> list[TextNode]:
 @pytest.fixture(scope="module")
 def distinct_texts(chunks: list[TextNode]) -> list[str]:
     """Chunk texts of the corpus that are pairwise below the threshold, each a near-duplicate of its
-    :func:`edited` copy (a pool to plant copies from). The second condition guards a failure hypothesis
-    found: a short licence header in the character-gram regime is only J = 0.73 from its edit."""
+    :func:`edited` copy (a pool to plant copies from): passages above the short-text regime, and the
+    edit checked (hypothesis once found a short licence header only J = 0.73 from its edit)."""
     pool: list[str] = []
     sets: list[np.ndarray] = []
     for node in chunks:
         s = shingle_hashes(node.text)
-        if len(s) > 20 and jaccard(node.text, edited(node.text)) >= 0.8 and all(jaccard(s, t) < 0.5 for t in sets):
+        passage = short_measure(len(shingle_tokens(node.text))) == "shingles"
+        if passage and len(s) > 20 and jaccard(node.text, edited(node.text)) >= 0.8 and all(jaccard(s, t) < 0.5 for t in sets):
             pool.append(node.text)
             sets.append(s)
         if len(pool) == 40:
@@ -390,10 +391,14 @@ def reference_shingles(text: str, ngram: int = 5) -> set[tuple[str, ...]]:
 
 
 def reference_shingle_list(text: str, ngram: int = 5) -> list[tuple[str, ...]]:
-    """Tokens of shingle_tokens(text); 3 to SHORT_TOKENS tokens make character trigrams of their
-    gram_text; fewer than ngram tokens make one shingle of all of them; no tokens, no shingles."""
+    """Tokens of shingle_tokens(text); in the short-text regime (short_measure), character GRAM-grams
+    of their gram_text or the tokens themselves; fewer than ngram tokens make one shingle of all of
+    them; no tokens, no shingles."""
     words = shingle_tokens(text)
-    if SHORT_MIN_TOKENS <= len(words) <= SHORT_TOKENS:
+    measure = short_measure(len(words))
+    if measure == "tokens":
+        return [("token", word) for word in words]
+    if measure == "chars":
         chars = gram_text(" ".join(words))
         return [("gram", chars[i : i + GRAM]) for i in range(len(chars) - GRAM + 1)]
     if len(words) < ngram:
