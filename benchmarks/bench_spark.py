@@ -12,8 +12,8 @@ in one run:
   mode the JVM is driver and executor at once), and bytes shuffled (the sum of every stage's
   shuffle write, from Spark's REST API), per chunk;
 * the baseline, ``DedupIndex().add_many(items)`` in one process (its own, for its RSS);
-* equality: every item's (representative, duplicate_of, similarity, kind) from each Spark run against
-  the baseline's ``matches``;
+* equality: every item's (cluster_id, representative, duplicate_of, similarity, kind, cluster_size)
+  from each Spark run against the baseline's ``matches``;
 * the largest LSH bucket (groups sharing one band key) and the largest component (groups).
 
 Printed: one line per size and engine, then the ratios: local[2] over local[1], DedupIndex over
@@ -34,6 +34,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO)]  # this checkout's rag_dedup, also on the executors
+
+
+#: The Match fields compared, Spark row against DedupIndex.matches, on every size.
+_COMPARED = ("cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size")
+
+
+def _fields(m: object) -> list[object]:
+    return [getattr(m, f) for f in _COMPARED]
 
 
 def _jvm_peak_kb() -> int:
@@ -110,14 +118,14 @@ def baseline(parquet: str, answers: str) -> dict[str, float]:
     elapsed = time.perf_counter() - t0
     with open(answers, "w", encoding="utf-8") as f:
         for m in matches:
-            f.write(json.dumps([m.key, m.representative, m.duplicate_of, m.similarity, m.kind]) + "\n")
+            f.write(json.dumps([m.key, *_fields(m)]) + "\n")
     return {"job_s": elapsed, "items": len(items), "driver_rss_mb": _own_peak_mb()}
 
 
 def _equal(result: Path, answers: Path) -> tuple[bool, int]:
     import pyarrow.parquet as pq
 
-    t = pq.read_table(result / "items", columns=["key", "representative", "duplicate_of", "similarity", "kind"])
+    t = pq.read_table(result / "items", columns=["key", *_COMPARED])
     got = {r[0]: list(r[1:]) for r in zip(*(t.column(c).to_pylist() for c in t.column_names))}
     differ = 0
     with open(answers, encoding="utf-8") as f:

@@ -51,10 +51,10 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "RESULT_FORMAT", "DedupResult", "dedup_dataframe", "dedup_job", "write_result"]
 
 #: The columns of :func:`dedup_dataframe`'s result, in order.
-COLUMNS = ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "source")
+COLUMNS = ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size", "source")
 #: Name of the layout :func:`write_result` writes (``manifest.json`` beside ``items/`` and ``groups/``).
 RESULT_FORMAT = "rag-dedup-spark-result"
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: items carry cluster_size
 # Examples named in an error about bad rows.
 _EXAMPLES = 5
 
@@ -103,8 +103,9 @@ def dedup_dataframe(
             A custom policy must be picklable (it runs on the executors).
 
     Returns:
-        ``DataFrame[key, cluster_id, representative, duplicate_of, similarity, kind, source]``: one
-        row per input row, the same values as :meth:`DedupIndex.matches` after ``add_many``.
+        ``DataFrame[key, cluster_id, representative, duplicate_of, similarity, kind, cluster_size,
+        source]``: one row per input row, the same values as :meth:`DedupIndex.matches` after
+        ``add_many`` (``cluster_size`` is :attr:`Match.cluster_size <rag_dedup.index.Match>`).
 
     Raises:
         ImportError: pyspark (or pyarrow, pandas) is missing.
@@ -228,7 +229,7 @@ def dedup_job(
     alone = items.where(~ruled | F.col("gid").isNull()).select(
         "key", F.col("key").alias("cluster_id"), F.col("key").alias("representative"),
         F.lit(None).cast("string").alias("duplicate_of"), F.lit(1.0).alias("similarity"), F.lit("unique").alias("kind"),
-        "source", "gid", "length", "authority", "first_seen",
+        F.lit(1).cast("long").alias("cluster_size"), "source", "gid", "length", "authority", "first_seen",
     )
     out_groups = banded.join(comp.withColumnRenamed("comp", "component"), "gid", "left")
     return DedupResult(clustered.unionByName(alone), out_groups, params._meta())

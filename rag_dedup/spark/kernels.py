@@ -49,7 +49,7 @@ VERIFIED_SCHEMA = "a long, b long, sim double"
 #: Phase 6 output: where each item of a component of two or more items stands.
 CLUSTER_SCHEMA = (
     "key string, cluster_id string, representative string, duplicate_of string, similarity double, "
-    "kind string, source string, gid long, length long, authority double, first_seen double"
+    "kind string, cluster_size long, source string, gid long, length long, authority double, first_seen double"
 )
 
 
@@ -189,7 +189,9 @@ def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) 
         else:
             shingles[gid] = np.frombuffer(sh, dtype="<u4").astype(np.uint32)
     copies = Counter(group_of.values())
-    out: dict[str, list] = {name: [] for name in ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind")}
+    out: dict[str, list] = {
+        name: [] for name in ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size")
+    }
     for rep, cluster in cluster_component(members, shingles, drift_floor=drift_floor, policy=policy):
         for key, sim in cluster:
             out["key"].append(key)
@@ -198,10 +200,11 @@ def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) 
             out["duplicate_of"].append(None if key == rep else rep)
             out["similarity"].append(1.0 if key == rep else float(sim))
             out["kind"].append(kind_of(len(cluster), copies[group_of[key]]))
+            out["cluster_size"].append(len(cluster))
     extra = list(zip(*(info[k] for k in out["key"]))) or [[], [], [], [], []]
     names = ["source", "gid", "length", "authority", "first_seen"]
     types = [pa.string(), pa.int64(), pa.int64(), pa.float64(), pa.float64()]
     arrays = [pa.array(v, pa.string()) for v in (out["key"], out["cluster_id"], out["representative"], out["duplicate_of"])]
-    arrays += [pa.array(out["similarity"], pa.float64()), pa.array(out["kind"], pa.string())]
+    arrays += [pa.array(out["similarity"], pa.float64()), pa.array(out["kind"], pa.string()), pa.array(out["cluster_size"], pa.int64())]
     arrays += [pa.array(list(v), t) for v, t in zip(extra, types)]
     return pa.RecordBatch.from_arrays(arrays, names=[*out, *names])
