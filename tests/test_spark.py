@@ -36,6 +36,7 @@ pa = pytest.importorskip("pyarrow", reason='pyarrow is not installed: pip instal
 from rag_dedup.spark import CorruptResultError, dedup_dataframe, dedup_job, load_index, session, write_result  # noqa: E402
 from rag_dedup.spark.__main__ import main as spark_main  # noqa: E402
 from rag_dedup.spark.graph import connected_components  # noqa: E402
+from rag_dedup.spark import kernels  # noqa: E402
 from rag_dedup.spark.kernels import cluster_batches, cluster_component  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,6 +143,9 @@ def test_dedup_dataframe_columns_and_sources(spark: Any, reference: DedupIndex) 
     small.add_many(_index_items(part))
     assert _rows_answer(rows) == _answer(small.matches([i["key"] for i in part]))
     assert all(r.cluster_id == r.representative for r in rows)
+    # Hashed in the input's own partitions (no shuffle of the texts first): the same answer.
+    kept = dedup_dataframe(df, source="source", authority="authority", first_seen="first_seen", repartition=False)
+    assert _rows_answer(kept.collect()) == _rows_answer(rows)
 
 
 def test_loaded_index_answers_as_the_reference(result_dir: Path, reference: DedupIndex, tmp_path: Path) -> None:
@@ -254,7 +258,7 @@ def test_connected_components_match_union_find(spark: Any) -> None:
     assert got == want
 
 
-def test_components_straddling_batches_are_clustered_whole() -> None:
+def test_components_straddling_batches_are_clustered_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A component whose rows arrive in two Arrow batches is clustered once, as one component."""
     sets = {1: np.arange(0, 100, dtype=np.uint32), 2: np.arange(3, 103, dtype=np.uint32), 3: np.arange(500, 600, dtype=np.uint32)}
     members = [(Member("a", 30, None, 0.0, None), 1), (Member("b", 20, None, 0.0, None), 2), (Member("c", 10, None, 0.0, None), 2)]
@@ -268,6 +272,9 @@ def test_components_straddling_batches_are_clustered_whole() -> None:
         return pa.RecordBatch.from_arrays([pa.array(list(col), t) for col, t in zip(zip(*part), types)], names=names)
 
     out = list(cluster_batches(iter([batch(rows[:2]), batch(rows[2:6]), batch(rows[6:])]), drift_floor=0.7, policy=longest_then_authority))
+    monkeypatch.setattr(kernels, "_OUT_ROWS", 1)  # a batch out after every component: the same rows
+    small = list(cluster_batches(iter([batch(rows[:2]), batch(rows[2:6]), batch(rows[6:])]), drift_floor=0.7, policy=longest_then_authority))
+    assert len(small) == 2 and pa.Table.from_batches(small).to_pylist() == pa.Table.from_batches(out).to_pylist()
     columns = ("key", "representative", "similarity", "kind", "cluster_size")
     got = {k: (r, s, kind, size) for b in out for k, r, s, kind, size in zip(*(b.column(c).to_pylist() for c in columns))}
     want = cluster_component(members, {1: sets[1], 2: sets[2]}, drift_floor=0.7, policy=longest_then_authority)

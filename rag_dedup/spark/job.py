@@ -2,12 +2,15 @@
 
 ::
 
-    chunks ──1 hash (mapInArrow)──> rows: key, digest, shingles ──2 group by digest──> groups
+    chunks ──0 spread by key── 1 hash (mapInArrow)──> rows: key, digest, shingles ──2 group by digest──> groups
     groups ──MinHash + bands (mapInArrow)──> band rows (bucket, group) ──3 group by bucket──> candidate pairs
     pairs ──4 verify: exact Jaccard (mapInArrow)──> edges (J >= threshold)
     edges ──5 connected components (large-star / small-star)──> component of every group
     items + groups by component ──6 cluster rule (mapInArrow, sorted by component)──> clusters
 
+0. **spread** (``repartition=True``, the default): the chunks are hash-partitioned by key into
+   ``spark.sql.shuffle.partitions`` partitions and persisted, so every core takes part in phase 1
+   whatever the input's layout (see :func:`_spread`).
 1. **hash**: canonical form, exact digest and shingle hashes of every row, a batch at a time, with
    :func:`~rag_dedup.shingles.shingles_and_digests` (the index's kernel).
 2. **groups**: rows with the same digest form one exact group; its MinHash signature
