@@ -1,9 +1,10 @@
 """Spark engine benchmark: local[1] vs local[2] vs one-process DedupIndex.add_many, on real text.
 
-Run: ``python benchmarks/bench_spark.py [--sizes 50000,200000] [--masters local[1],local[2]]``
+Run: ``python benchmarks/bench_spark.py [--sizes 50000,200000] [--masters local[1],local[2]] [--repeats 3,1]``
 
 For each size, ``realtext.planted_chunks`` gives that many 180-word chunks of real text, 20% of them
-planted near-duplicates (a few percent of words edited), written once as Parquet. Then, side by side
+planted near-duplicates (a few percent of words edited), the base chunks drawn from one pool (the
+largest size's) so that every size has the same mix of sources, written once as one Parquet file. Then, side by side
 in one run:
 
 * each Spark master runs ``python -m``-style in its own process (its own JVM): read the Parquet,
@@ -12,12 +13,17 @@ in one run:
   mode the JVM is driver and executor at once), and bytes shuffled (the sum of every stage's
   shuffle write, from Spark's REST API), per chunk;
 * the baseline, ``DedupIndex().add_many(items)`` in one process (its own, for its RSS);
-* equality: every item's (representative, duplicate_of, similarity, kind) from each Spark run against
-  the baseline's ``matches``;
+* equality: every item's (cluster_id, representative, duplicate_of, similarity, kind, cluster_size)
+  from each Spark run against the baseline's ``matches``;
 * the largest LSH bucket (groups sharing one band key) and the largest component (groups).
 
-Printed: one line per size and engine, then the ratios: local[2] over local[1], DedupIndex over
-local[2], and the per-chunk cost growth from the smallest size to the largest.
+Each master runs ``--repeats`` times per size, the order of the masters alternating between rounds
+(the machine's load is printed beside each run), and the ratios use the medians. CPU seconds of the
+process tree (driver, JVM, Python workers) are printed too: on a machine shared with other work,
+local[2] over local[1] in CPU is the parallel overhead, which wall time mixes with the load.
+
+Printed: one line per run, then the ratios: local[2] over local[1], local[2] over DedupIndex, and
+the per-chunk cost growth from the smallest size to the largest.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +42,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO)]  # this checkout's rag_dedup, also on the executors
+
+
+#: The Match fields compared, Spark row against DedupIndex.matches, on every size.
+_COMPARED = ("cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size")
+
+
+def _fields(m: object) -> list[object]:
+    return [getattr(m, f) for f in _COMPARED]
 
 
 def _jvm_peak_kb() -> int:
@@ -64,6 +80,26 @@ def _own_peak_mb() -> float:
     return float("nan")
 
 
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process and all its descendants (the JVM and its Python workers), reaped ones included."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[str, list[tuple[str, list[str]]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(fields[1], []).append((stat.parent.name, fields))
+    own = os.times()
+    total = own.user + own.system + own.children_user + own.children_system
+    todo = [str(os.getpid())]
+    while todo:
+        for pid, fields in children.get(todo.pop(), []):
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+            todo.append(pid)
+    return total
+
+
 def _shuffled_bytes(spark: object) -> int:
     sc = spark.sparkContext  # type: ignore[attr-defined]
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
@@ -79,15 +115,18 @@ def worker(parquet: str, out: str, master: str) -> dict[str, float]:
     t0 = time.perf_counter()
     spark = session(master, spark__ui__enabled="true", spark__ui__port="0", spark__driver__memory="2g")
     t1 = time.perf_counter()
+    c1 = _tree_cpu_s()
     df = spark.read.parquet(parquet)
     manifest = write_result(dedup_job(df), out)
     t2 = time.perf_counter()
+    c2 = _tree_cpu_s()
     shuffled = _shuffled_bytes(spark)
     jvm = _jvm_peak_kb()
     spark.stop()
     return {
         "startup_s": t1 - t0,
         "job_s": t2 - t1,
+        "cpu_s": c2 - c1,
         "items": manifest["items"],
         "shuffled_bytes": shuffled,
         "driver_rss_mb": _own_peak_mb(),
@@ -105,19 +144,21 @@ def baseline(parquet: str, answers: str) -> dict[str, float]:
     items = list(zip(table.column("key").to_pylist(), table.column("text").to_pylist()))
     del table
     t0 = time.perf_counter()
+    c0 = time.process_time()
     index = DedupIndex()
     matches = index.add_many(items)
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     with open(answers, "w", encoding="utf-8") as f:
         for m in matches:
-            f.write(json.dumps([m.key, m.representative, m.duplicate_of, m.similarity, m.kind]) + "\n")
-    return {"job_s": elapsed, "items": len(items), "driver_rss_mb": _own_peak_mb()}
+            f.write(json.dumps([m.key, *_fields(m)]) + "\n")
+    return {"job_s": elapsed, "cpu_s": cpu, "items": len(items), "driver_rss_mb": _own_peak_mb()}
 
 
 def _equal(result: Path, answers: Path) -> tuple[bool, int]:
     import pyarrow.parquet as pq
 
-    t = pq.read_table(result / "items", columns=["key", "representative", "duplicate_of", "similarity", "kind"])
+    t = pq.read_table(result / "items", columns=["key", *_COMPARED])
     got = {r[0]: list(r[1:]) for r in zip(*(t.column(c).to_pylist() for c in t.column_names))}
     differ = 0
     with open(answers, encoding="utf-8") as f:
@@ -148,10 +189,15 @@ def _run(args: list[str]) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="50000,200000")
     p.add_argument("--masters", default="local[1],local[2]")
+    p.add_argument("--repeats", default="3,1", help="runs of each master per size (one number, or one per size)")
     p.add_argument("--worker", nargs=3, metavar=("PARQUET", "OUT", "MASTER"), help=argparse.SUPPRESS)
     p.add_argument("--baseline", nargs=2, metavar=("PARQUET", "ANSWERS"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -168,39 +214,63 @@ def main() -> None:
 
     sizes = [int(s) for s in a.sizes.split(",")]
     masters = a.masters.split(",")
-    per_chunk: dict[str, list[float]] = {m: [] for m in masters}
-    print(f"bench_spark: sizes {sizes}, masters {masters}, baseline DedupIndex.add_many (one process); cores {os.cpu_count()}")
-    for n in sizes:
-        items, _, origin = planted_chunks(n)
+    repeats = [int(r) for r in a.repeats.split(",")]
+    repeats = repeats * len(sizes) if len(repeats) == 1 else repeats
+    if len(repeats) != len(sizes):
+        raise SystemExit(f"--repeats: {len(repeats)} numbers for {len(sizes)} sizes")
+    # Every size draws its base chunks from the same pool (the largest size's), so per-chunk costs compare.
+    pool = int(max(sizes) * 0.8)
+    per_chunk: dict[str, list[float]] = {m: [] for m in ["DedupIndex.add_many", *masters]}
+    print(
+        f"bench_spark: sizes {sizes}, masters {masters}, repeats {repeats} (alternating order, median), baseline "
+        f"DedupIndex.add_many (one process); cores {os.cpu_count()}; base chunks drawn from the first {pool:,}"
+    )
+    for n, rounds in zip(sizes, repeats):
+        items, _, origin = planted_chunks(n, pool=pool)
         with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
             root = Path(tmp)
             parquet = root / "chunks.parquet"
             pq.write_table(pa.table({"key": [k for k, _ in items], "text": [t for _, t in items]}), parquet)
             del items
             print(f"n={n:,}: {origin}")
+            load = os.getloadavg()[0]
             base = _run(["--baseline", str(parquet), str(root / "answers.jsonl")])
-            print(f"  DedupIndex.add_many: {base['job_s']:.1f} s, {base['job_s'] / n * 1e6:.0f} us/chunk, peak RSS {base['driver_rss_mb']:.0f} MB")
-            runs = {}
+            per_chunk["DedupIndex.add_many"].append(base["job_s"] / n)
+            print(
+                f"  DedupIndex.add_many: {base['job_s']:.1f} s, {base['job_s'] / n * 1e6:.0f} us/chunk, CPU {base['cpu_s']:.1f} s, "
+                f"peak RSS {base['driver_rss_mb']:.0f} MB (load {load:.1f})"
+            )
+            runs: dict[str, list[dict[str, float]]] = {m: [] for m in masters}
+            for rnd in range(rounds):
+                for master in masters if rnd % 2 == 0 else masters[::-1]:
+                    out = root / ("out-" + master.replace("[", "-").replace("]", ""))  # no glob characters in a Spark path
+                    load = os.getloadavg()[0]
+                    r = _run(["--worker", str(parquet), str(out), master])
+                    same, differ = _equal(out, root / "answers.jsonl")
+                    bucket, component = _largest(out)
+                    shutil.rmtree(out)
+                    runs[master].append(r)
+                    print(
+                        f"  spark {master} #{rnd + 1}: job {r['job_s']:.1f} s ({r['job_s'] / n * 1e6:.0f} us/chunk; JVM start "
+                        f"{r['startup_s']:.1f} s), CPU {r['cpu_s']:.1f} s (driver + JVM + Python workers), load {load:.1f}, "
+                        f"peak RSS driver {r['driver_rss_mb']:.0f} MB + JVM {r['jvm_rss_mb']:.0f} MB, "
+                        f"shuffled {r['shuffled_bytes'] / n:.0f} B/chunk, largest bucket {bucket} groups, "
+                        f"largest component {component} groups, equal to DedupIndex: {same} ({differ} differ)"
+                    )
+            job = {m: _median([r["job_s"] for r in runs[m]]) for m in masters}
             for master in masters:
-                out = root / ("out-" + master.replace("[", "-").replace("]", ""))  # no glob characters in a Spark path
-                r = _run(["--worker", str(parquet), str(out), master])
-                same, differ = _equal(out, root / "answers.jsonl")
-                bucket, component = _largest(out)
-                runs[master] = r
-                per_chunk[master].append(r["job_s"] / n)
-                print(
-                    f"  spark {master}: job {r['job_s']:.1f} s ({r['job_s'] / n * 1e6:.0f} us/chunk; JVM start {r['startup_s']:.1f} s), "
-                    f"peak RSS driver {r['driver_rss_mb']:.0f} MB + JVM {r['jvm_rss_mb']:.0f} MB, "
-                    f"shuffled {r['shuffled_bytes'] / n:.0f} B/chunk, largest bucket {bucket} groups, "
-                    f"largest component {component} groups, equal to DedupIndex: {same} ({differ} differ)"
-                )
+                per_chunk[master].append(job[master] / n)
             if len(masters) >= 2:
                 one, two = masters[0], masters[1]
-                print(f"  speed-up {two} over {one}: {runs[one]['job_s'] / runs[two]['job_s']:.2f}x; "
-                      f"DedupIndex.add_many over {two}: {runs[two]['job_s'] / base['job_s']:.2f}x the time")
+                cpu = {m: _median([r["cpu_s"] for r in runs[m]]) for m in (one, two)}
+                print(
+                    f"  median of {rounds}: {one} {job[one]:.1f} s, {two} {job[two]:.1f} s; speed-up {two} over {one}: "
+                    f"{job[one] / job[two]:.2f}x (CPU {two} / {one}: {cpu[two] / cpu[one]:.2f}x); "
+                    f"{two} over DedupIndex.add_many: {job[two] / base['job_s']:.2f}x the time"
+                )
     if len(sizes) > 1:
-        for master in masters:
-            print(f"per-chunk cost growth {sizes[0]:,} -> {sizes[-1]:,}, {master}: {per_chunk[master][-1] / per_chunk[master][0]:.2f}x")
+        for name, costs in per_chunk.items():
+            print(f"per-chunk cost growth {sizes[0]:,} -> {sizes[-1]:,}, {name}: {costs[-1] / costs[0]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 import pytest
-from corpus import chunks, documents
+from tests.corpus import chunks, documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -2,12 +2,15 @@
 
 ::
 
-    chunks ──1 hash (mapInArrow)──> rows: key, digest, shingles ──2 group by digest──> groups
+    chunks ──0 spread by key── 1 hash (mapInArrow)──> rows: key, digest, shingles ──2 group by digest──> groups
     groups ──MinHash + bands (mapInArrow)──> band rows (bucket, group) ──3 group by bucket──> candidate pairs
     pairs ──4 verify: exact Jaccard (mapInArrow)──> edges (J >= threshold)
     edges ──5 connected components (large-star / small-star)──> component of every group
     items + groups by component ──6 cluster rule (mapInArrow, sorted by component)──> clusters
 
+0. **spread** (``repartition=True``, the default): the chunks are hash-partitioned by key into
+   ``spark.sql.shuffle.partitions`` partitions and persisted, so every core takes part in phase 1
+   whatever the input's layout (see :func:`_spread`).
 1. **hash**: canonical form, exact digest and shingle hashes of every row, a batch at a time, with
    :func:`~rag_dedup.shingles.shingles_and_digests` (the index's kernel).
 2. **groups**: rows with the same digest form one exact group; its MinHash signature
@@ -51,10 +54,10 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "RESULT_FORMAT", "DedupResult", "dedup_dataframe", "dedup_job", "write_result"]
 
 #: The columns of :func:`dedup_dataframe`'s result, in order.
-COLUMNS = ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "source")
+COLUMNS = ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size", "source")
 #: Name of the layout :func:`write_result` writes (``manifest.json`` beside ``items/`` and ``groups/``).
 RESULT_FORMAT = "rag-dedup-spark-result"
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: items carry cluster_size
 # Examples named in an error about bad rows.
 _EXAMPLES = 5
 
@@ -90,6 +93,7 @@ def dedup_dataframe(
     seed: int = 1,
     drift_floor: float | None = None,
     policy: Policy | None = None,
+    repartition: bool = True,
 ) -> DataFrame:
     """Exact and near-duplicate clusters of a DataFrame of chunks, equal to ``DedupIndex.add_many``.
 
@@ -101,10 +105,16 @@ def dedup_dataframe(
             authority (number), its first_seen (number or timestamp), as :meth:`DedupIndex.add` takes them.
         threshold, num_perm, ngram, seed, drift_floor, policy: As :class:`DedupIndex` (validated by it).
             A custom policy must be picklable (it runs on the executors).
+        repartition: Shuffle the chunks by key into ``spark.sql.shuffle.partitions`` partitions (at
+            least Spark's default parallelism) before phase 1, so that every core hashes whatever
+            the input's layout (a Parquet file of one row group, or one gzipped JSONL file, is one
+            partition however many cores wait). False: hash in the input's own partitions, which
+            saves one shuffle of the texts when they are already spread evenly.
 
     Returns:
-        ``DataFrame[key, cluster_id, representative, duplicate_of, similarity, kind, source]``: one
-        row per input row, the same values as :meth:`DedupIndex.matches` after ``add_many``.
+        ``DataFrame[key, cluster_id, representative, duplicate_of, similarity, kind, cluster_size,
+        source]``: one row per input row, the same values as :meth:`DedupIndex.matches` after
+        ``add_many`` (``cluster_size`` is :attr:`Match.cluster_size <rag_dedup.index.Match>`).
 
     Raises:
         ImportError: pyspark (or pyarrow, pandas) is missing.
@@ -118,7 +128,7 @@ def dedup_dataframe(
     """
     result = dedup_job(
         df, key=key, text=text, source=source, authority=authority, first_seen=first_seen, threshold=threshold,
-        num_perm=num_perm, ngram=ngram, seed=seed, drift_floor=drift_floor, policy=policy,
+        num_perm=num_perm, ngram=ngram, seed=seed, drift_floor=drift_floor, policy=policy, repartition=repartition,
     )
     return result.items.select(*COLUMNS)
 
@@ -137,6 +147,7 @@ def dedup_job(
     seed: int = 1,
     drift_floor: float | None = None,
     policy: Policy | None = None,
+    repartition: bool = True,
 ) -> DedupResult:
     """:func:`dedup_dataframe` with everything :func:`write_result` needs to rebuild the index."""
     require_pyspark()
@@ -144,7 +155,7 @@ def dedup_job(
     from pyspark.sql import functions as F
 
     params = DedupIndex(threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed, drift_floor=drift_floor, policy=policy)
-    _check_input(df, key, text, source, authority, first_seen)
+    _check_columns(df, key, text, source, authority, first_seen)
 
     def checkpoint(frame: DataFrame) -> DataFrame:
         return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
@@ -156,17 +167,23 @@ def dedup_job(
         cols.append(F.col(authority).cast("double").alias("authority"))
     if first_seen:
         cols.append(F.col(first_seen).cast("double").alias("first_seen"))
-    # 1. hash
-    hashed = checkpoint(
-        df.select(*cols).mapInArrow(
-            functools.partial(
-                kernels.hash_batches, key="key", text="text", source="source" if source else None,
-                authority="authority" if authority else None, first_seen="first_seen" if first_seen else None,
-                ngram=params.ngram, num_perm=params.num_perm, seed=params.seed, bands=params.bands,
-            ),
-            kernels.HASHED_SCHEMA,
+    chunks = _spread(df.select(*cols)) if repartition else df.select(*cols)
+    try:
+        _check_rows(chunks, key, text, authority)
+        # 1. hash
+        hashed = checkpoint(
+            chunks.mapInArrow(
+                functools.partial(
+                    kernels.hash_batches, key="key", text="text", source="source" if source else None,
+                    authority="authority" if authority else None, first_seen="first_seen" if first_seen else None,
+                    ngram=params.ngram, num_perm=params.num_perm, seed=params.seed, bands=params.bands,
+                ),
+                kernels.HASHED_SCHEMA,
+            )
         )
-    )
+    finally:
+        if repartition:
+            chunks.unpersist()
     # 2. groups, their signatures and band keys
     grouped = hashed.where(F.col("gid").isNotNull()).groupBy("gid").agg(
         F.min("digest").alias("digest"), F.max("digest").alias("other"),
@@ -228,15 +245,31 @@ def dedup_job(
     alone = items.where(~ruled | F.col("gid").isNull()).select(
         "key", F.col("key").alias("cluster_id"), F.col("key").alias("representative"),
         F.lit(None).cast("string").alias("duplicate_of"), F.lit(1.0).alias("similarity"), F.lit("unique").alias("kind"),
-        "source", "gid", "length", "authority", "first_seen",
+        F.lit(1).cast("long").alias("cluster_size"), "source", "gid", "length", "authority", "first_seen",
     )
     out_groups = banded.join(comp.withColumnRenamed("comp", "component"), "gid", "left")
     return DedupResult(clustered.unionByName(alone), out_groups, params._meta())
 
 
-def _check_input(df: DataFrame, key: str, text: str, source: str | None, authority: str | None, first_seen: str | None) -> None:
-    """Refuse what DedupIndex.add_many would refuse, with the column and example keys named."""
+def _spread(chunks: DataFrame) -> DataFrame:
+    """``chunks`` hash-partitioned by key into enough partitions for every core, persisted.
+
+    Phase 1 (the costliest, in Python) runs one task per input partition, and the input's partition
+    count says little about its spread: a single Parquet file of one row group is read as one full
+    split and empty ones, so one core hashes while the others wait. Persisted because both the row
+    checks and phase 1 read it (the caller unpersists it once phase 1 is checkpointed).
+    """
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
+    spark = chunks.sparkSession
+    cores = spark.sparkContext.defaultParallelism
+    partitions = max(cores, int(spark.conf.get("spark.sql.shuffle.partitions") or cores))
+    return chunks.repartition(partitions, F.col("key")).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _check_columns(df: DataFrame, key: str, text: str, source: str | None, authority: str | None, first_seen: str | None) -> None:
+    """Refuse a missing column or one of the wrong type, with the column and the fix named."""
     from pyspark.sql import types as T
 
     fields = {f.name: f.dataType for f in df.schema.fields}
@@ -262,14 +295,23 @@ def _check_input(df: DataFrame, key: str, text: str, source: str | None, authori
                 f"column {column!r} ({arg}=) has type {fields[column].simpleString()}, must be {expected[arg][1]}; "
                 f"cast it first, e.g. df.withColumn({column!r}, F.col({column!r}).cast('string'))"
             )
+
+
+def _check_rows(chunks: DataFrame, key: str, text: str, authority: str | None) -> None:
+    """Refuse what DedupIndex.add_many would refuse, with the column (as the caller named it) and example keys.
+
+    ``chunks`` has the job's column names (``key``, ``text``, ``authority`` as a double).
+    """
+    from pyspark.sql import functions as F
+
     # One pass: each key's row count, null texts and non-finite authorities.
-    flags = [F.count("*").alias("rows"), F.sum(F.col(text).isNull().cast("int")).alias("nulls")]
+    flags = [F.count("*").alias("rows"), F.sum(F.col("text").isNull().cast("int")).alias("nulls")]
     if authority is not None:
-        a = F.col(authority).cast("double")
+        a = F.col("authority")
         flags.append(F.sum((F.isnan(a) | (F.abs(a) == float("inf"))).cast("int")).alias("infinite"))
     else:
         flags.append(F.lit(0).alias("infinite"))
-    per_key = df.groupBy(F.col(key).alias("k")).agg(*flags)
+    per_key = chunks.groupBy(F.col("key").alias("k")).agg(*flags)
     bad = per_key.where(
         F.col("k").isNull() | (F.col("k") == "") | (F.col("rows") > 1) | (F.col("nulls") > 0) | (F.col("infinite") > 0)
     )

@@ -49,7 +49,7 @@ VERIFIED_SCHEMA = "a long, b long, sim double"
 #: Phase 6 output: where each item of a component of two or more items stands.
 CLUSTER_SCHEMA = (
     "key string, cluster_id string, representative string, duplicate_of string, similarity double, "
-    "kind string, source string, gid long, length long, authority double, first_seen double"
+    "kind string, cluster_size long, source string, gid long, length long, authority double, first_seen double"
 )
 
 
@@ -146,14 +146,27 @@ def cluster_component(
     return clusters.cluster_component(members, shingles, drift_floor, policy)
 
 
+#: Output columns of phase 6, as :data:`CLUSTER_SCHEMA` names them, with their Arrow types.
+_CLUSTER_FIELDS = (
+    ("key", pa.string()), ("cluster_id", pa.string()), ("representative", pa.string()), ("duplicate_of", pa.string()),
+    ("similarity", pa.float64()), ("kind", pa.string()), ("cluster_size", pa.int64()), ("source", pa.string()),
+    ("gid", pa.int64()), ("length", pa.int64()), ("authority", pa.float64()), ("first_seen", pa.float64()),
+)
+# Output rows gathered before a batch is sent back: one batch per component (most have 2-3 items)
+# would make Arrow's per-batch cost the stage's cost.
+_OUT_ROWS = 8192
+
+
 def cluster_batches(batches: Iterator[pa.RecordBatch], *, drift_floor: float, policy: Policy) -> Iterator[pa.RecordBatch]:
     """Phase 6: the cluster rule per component, over rows sorted by component.
 
     Two kinds of rows arrive, each with its ``comp``: items (``key`` set) and groups (``shingles``
     set). A component's rows are contiguous but may straddle two batches, so a component is
-    processed once a row of the next one (or the end of the partition) arrives.
+    processed once a row of the next one (or the end of the partition) arrives. The rows out are
+    sent in batches of about ``_OUT_ROWS``.
     """
     rows: dict[str, list] = {}
+    out: dict[str, list] = {name: [] for name, _ in _CLUSTER_FIELDS}
     current: int | None = None
     for batch in batches:
         cols = batch.to_pydict()
@@ -167,14 +180,24 @@ def cluster_batches(batches: Iterator[pa.RecordBatch], *, drift_floor: float, po
                 rows.setdefault(name, []).extend(values[start:i])
             start = i
             if i < len(comps):
-                yield _cluster_rows(rows, drift_floor, policy)
+                _cluster_rows(rows, drift_floor, policy, out)
                 rows = {}
                 current = comps[i]
+                if len(out["key"]) >= _OUT_ROWS:
+                    yield _batch(out)
+                    out = {name: [] for name, _ in _CLUSTER_FIELDS}
     if rows and rows.get("comp"):
-        yield _cluster_rows(rows, drift_floor, policy)
+        _cluster_rows(rows, drift_floor, policy, out)
+    if out["key"]:
+        yield _batch(out)
 
 
-def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) -> pa.RecordBatch:
+def _batch(out: Mapping[str, list]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(out[name], t) for name, t in _CLUSTER_FIELDS], names=[n for n, _ in _CLUSTER_FIELDS])
+
+
+def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy, out: Mapping[str, list]) -> None:
+    """Cluster one component's rows; append its items' output rows to ``out``'s columns."""
     members: list[tuple[Member, int]] = []
     group_of: dict[str, int] = {}
     shingles: dict[int, np.ndarray] = {}
@@ -189,19 +212,18 @@ def _cluster_rows(rows: Mapping[str, list], drift_floor: float, policy: Policy) 
         else:
             shingles[gid] = np.frombuffer(sh, dtype="<u4").astype(np.uint32)
     copies = Counter(group_of.values())
-    out: dict[str, list] = {name: [] for name in ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind")}
     for rep, cluster in cluster_component(members, shingles, drift_floor=drift_floor, policy=policy):
         for key, sim in cluster:
+            source, gid, length, authority, first_seen = info[key]
             out["key"].append(key)
             out["cluster_id"].append(rep)
             out["representative"].append(rep)
             out["duplicate_of"].append(None if key == rep else rep)
             out["similarity"].append(1.0 if key == rep else float(sim))
-            out["kind"].append(kind_of(len(cluster), copies[group_of[key]]))
-    extra = list(zip(*(info[k] for k in out["key"]))) or [[], [], [], [], []]
-    names = ["source", "gid", "length", "authority", "first_seen"]
-    types = [pa.string(), pa.int64(), pa.int64(), pa.float64(), pa.float64()]
-    arrays = [pa.array(v, pa.string()) for v in (out["key"], out["cluster_id"], out["representative"], out["duplicate_of"])]
-    arrays += [pa.array(out["similarity"], pa.float64()), pa.array(out["kind"], pa.string())]
-    arrays += [pa.array(list(v), t) for v, t in zip(extra, types)]
-    return pa.RecordBatch.from_arrays(arrays, names=[*out, *names])
+            out["kind"].append(kind_of(len(cluster), copies[gid]))
+            out["cluster_size"].append(len(cluster))
+            out["source"].append(source)
+            out["gid"].append(gid)
+            out["length"].append(length)
+            out["authority"].append(authority)
+            out["first_seen"].append(first_seen)

@@ -33,7 +33,9 @@ __all__ = ["CorruptResultError", "load_index"]
 
 _DIGEST_BYTES = 16
 _GROUP_COLUMNS = ("gid", "digest", "shingles", "bands", "component")
-_ITEM_COLUMNS = ("key", "representative", "duplicate_of", "similarity", "source", "gid", "length", "authority", "first_seen")
+_ITEM_COLUMNS = (
+    "key", "representative", "duplicate_of", "similarity", "cluster_size", "source", "gid", "length", "authority", "first_seen",
+)
 # Groups filed per create_groups call (one Redis round trip each).
 _BATCH = 4096
 
@@ -148,7 +150,9 @@ def _file_groups(storage: Storage, groups: dict[str, list[Any]], b: int, where: 
 def _file_items(storage: Storage, items: dict[str, list[Any]], gid_of: dict[int, int], where: Path) -> None:
     records: dict[str, ItemRecord] = {}
     clusters: dict[str, list[tuple[str, float]]] = {}
-    for i, (key, rep, dup, sim, source, gid, length, authority, first_seen) in enumerate(zip(*(items[c] for c in _ITEM_COLUMNS))):
+    sizes: dict[str, int] = {}  # the cluster_size each item states for its cluster
+    rows = zip(*(items[c] for c in _ITEM_COLUMNS))
+    for i, (key, rep, dup, sim, size, source, gid, length, authority, first_seen) in enumerate(rows):
         if not isinstance(key, str) or not key or key in records:
             raise CorruptResultError(f"{where}: row {i} has a missing, empty or repeated key {key!r}")
         if gid is not None and gid not in gid_of:
@@ -161,9 +165,13 @@ def _file_items(storage: Storage, items: dict[str, list[Any]], gid_of: dict[int,
             if dup != rep or not isinstance(sim, float) or not 0.0 <= sim <= 1.0:
                 raise CorruptResultError(f"{where}: item {key!r} has an invalid duplicate_of or similarity")
             clusters.setdefault(rep, []).append((key, sim))
-    for rep in clusters:
+        if not isinstance(size, int) or size < 1 or sizes.setdefault(rep, size) != size:
+            raise CorruptResultError(f"{where}: item {key!r} has a cluster_size {size!r} that differs from its cluster's")
+    for rep, size in sizes.items():
         if rep not in records:
             raise CorruptResultError(f"{where}: representative {rep!r} is not one of the items")
+        if size != 1 + len(clusters.get(rep, ())):
+            raise CorruptResultError(f"{where}: cluster {rep!r} states cluster_size {size}, but has {1 + len(clusters.get(rep, ()))} items")
     storage.put_items(records)
     entries: list[ClusterEntry] = [(rep, [(rep, 1.0), *sorted(members)]) for rep, members in sorted(clusters.items())]
     storage.set_clusters([k for _, ms in entries for k, _ in ms], entries)

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ pa = pytest.importorskip("pyarrow", reason='pyarrow is not installed: pip instal
 from rag_dedup.spark import CorruptResultError, dedup_dataframe, dedup_job, load_index, session, write_result  # noqa: E402
 from rag_dedup.spark.__main__ import main as spark_main  # noqa: E402
 from rag_dedup.spark.graph import connected_components  # noqa: E402
+from rag_dedup.spark import kernels  # noqa: E402
 from rag_dedup.spark.kernels import cluster_batches, cluster_component  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,8 +75,17 @@ def _index_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in item.items() if v is not None} for item in items]
 
 
-def _answer(matches: Any) -> dict[str, tuple[str, str | None, float, str]]:
-    return {m.key: (m.representative, m.duplicate_of, m.similarity, m.kind) for m in matches}
+Answer = dict[str, tuple[str, str, str | None, float, str, int]]
+
+
+def _answer(matches: Any) -> Answer:
+    """Every field of each Match but the key, by key."""
+    return {m.key: (m.cluster_id, m.representative, m.duplicate_of, m.similarity, m.kind, m.cluster_size) for m in matches}
+
+
+def _rows_answer(rows: Any) -> Answer:
+    """The same fields from the job's result rows."""
+    return {r.key: (r.cluster_id, r.representative, r.duplicate_of, r.similarity, r.kind, r.cluster_size) for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +111,19 @@ def reference() -> DedupIndex:
     return index
 
 
-def _job_answer(spark: Any, result_dir: Path) -> dict[str, tuple[str, str | None, float, str]]:
-    rows = spark.read.parquet(str(result_dir / "items")).collect()
-    return {r.key: (r.representative, r.duplicate_of, r.similarity, r.kind) for r in rows}
+def _job_answer(spark: Any, result_dir: Path) -> Answer:
+    return _rows_answer(spark.read.parquet(str(result_dir / "items")).collect())
 
 
 def test_job_equals_index_add_many(spark: Any, result_dir: Path, reference: DedupIndex) -> None:
-    """Partition, representatives, kind and similarities of the job equal DedupIndex.add_many's, item for item."""
+    """Partition, representatives, kind, similarities and cluster sizes of the job equal DedupIndex.add_many's."""
     want = _answer(reference.matches([item["key"] for item in FIRST]))
     got = _job_answer(spark, result_dir)
     assert got == want
-    kinds = [v[3] for v in got.values()]
+    kinds = [v[4] for v in got.values()]
+    # cluster_size is what it says: the number of items with that cluster_id (clusters of 3+ are there).
+    sizes = Counter(v[0] for v in got.values())
+    assert all(v[5] == sizes[v[0]] for v in got.values()) and max(sizes.values()) >= 3
     # The corpus exercises every path: near-duplicate families, exact copies, and multi-group clusters.
     assert kinds.count("near") >= 50 and kinds.count("exact") >= 40
     manifest = json.loads((result_dir / "manifest.json").read_text())
@@ -123,15 +136,16 @@ def test_dedup_dataframe_columns_and_sources(spark: Any, reference: DedupIndex) 
     part = FIRST[:120]
     df = spark.createDataFrame(part, SCHEMA)
     out = dedup_dataframe(df, source="source", authority="authority", first_seen="first_seen")
-    assert out.columns == ["key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "source"]
+    assert out.columns == ["key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size", "source"]
     rows = out.collect()
     assert sorted((r.key, r.source) for r in rows) == sorted((i["key"], i["source"]) for i in part)
     small = DedupIndex()
     small.add_many(_index_items(part))
-    assert {r.key: (r.representative, r.duplicate_of, r.similarity, r.kind) for r in rows} == _answer(
-        small.matches([i["key"] for i in part])
-    )
+    assert _rows_answer(rows) == _answer(small.matches([i["key"] for i in part]))
     assert all(r.cluster_id == r.representative for r in rows)
+    # Hashed in the input's own partitions (no shuffle of the texts first): the same answer.
+    kept = dedup_dataframe(df, source="source", authority="authority", first_seen="first_seen", repartition=False)
+    assert _rows_answer(kept.collect()) == _rows_answer(rows)
 
 
 def test_loaded_index_answers_as_the_reference(result_dir: Path, reference: DedupIndex, tmp_path: Path) -> None:
@@ -204,6 +218,23 @@ def test_non_string_text_is_named(spark: Any) -> None:
         dedup_dataframe(df)
 
 
+def test_wrong_cluster_size_is_named(result_dir: Path, tmp_path: Path) -> None:
+    """A result whose cluster_size disagrees with its cluster's members is refused, not loaded as a wrong index."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "copy"
+    shutil.copytree(result_dir, copy)
+    items = pq.read_table(copy / "items")
+    shutil.rmtree(copy / "items")
+    (copy / "items").mkdir()
+    member = pc.is_valid(items.column("duplicate_of"))
+    sizes = pc.if_else(pc.and_(member, pc.equal(pc.cumulative_sum(member.cast("int64")), 1)), 99, items.column("cluster_size"))
+    pq.write_table(items.set_column(items.column_names.index("cluster_size"), "cluster_size", sizes), copy / "items" / "part.parquet")
+    with pytest.raises(CorruptResultError, match="cluster_size 99"):
+        load_index(copy)
+
+
 def test_connected_components_match_union_find(spark: Any) -> None:
     """Large-star/small-star labels every node with its component's minimum (chains, stars, cycles, repeats)."""
     rng = np.random.default_rng(7)
@@ -227,7 +258,7 @@ def test_connected_components_match_union_find(spark: Any) -> None:
     assert got == want
 
 
-def test_components_straddling_batches_are_clustered_whole() -> None:
+def test_components_straddling_batches_are_clustered_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A component whose rows arrive in two Arrow batches is clustered once, as one component."""
     sets = {1: np.arange(0, 100, dtype=np.uint32), 2: np.arange(3, 103, dtype=np.uint32), 3: np.arange(500, 600, dtype=np.uint32)}
     members = [(Member("a", 30, None, 0.0, None), 1), (Member("b", 20, None, 0.0, None), 2), (Member("c", 10, None, 0.0, None), 2)]
@@ -241,12 +272,17 @@ def test_components_straddling_batches_are_clustered_whole() -> None:
         return pa.RecordBatch.from_arrays([pa.array(list(col), t) for col, t in zip(zip(*part), types)], names=names)
 
     out = list(cluster_batches(iter([batch(rows[:2]), batch(rows[2:6]), batch(rows[6:])]), drift_floor=0.7, policy=longest_then_authority))
-    got = {k: (r, s, kind) for b in out for k, r, s, kind in zip(*(b.column(c).to_pylist() for c in ("key", "representative", "similarity", "kind")))}
+    monkeypatch.setattr(kernels, "_OUT_ROWS", 1)  # a batch out after every component: the same rows
+    small = list(cluster_batches(iter([batch(rows[:2]), batch(rows[2:6]), batch(rows[6:])]), drift_floor=0.7, policy=longest_then_authority))
+    assert len(small) == 2 and pa.Table.from_batches(small).to_pylist() == pa.Table.from_batches(out).to_pylist()
+    columns = ("key", "representative", "similarity", "kind", "cluster_size")
+    got = {k: (r, s, kind, size) for b in out for k, r, s, kind, size in zip(*(b.column(c).to_pylist() for c in columns))}
     want = cluster_component(members, {1: sets[1], 2: sets[2]}, drift_floor=0.7, policy=longest_then_authority)
-    assert len(out) == 2
-    assert {k: (rep, s) for rep, ms in want for k, s in ms} == {k: (r, s) for k, (r, s, _) in got.items() if k in "abc"}
+    assert sorted(k for b in out for k in b.column("key").to_pylist()) == list("abcde")  # each item once
+    assert {k: (rep, s) for rep, ms in want for k, s in ms} == {k: (r, s) for k, (r, s, _, _) in got.items() if k in "abc"}
     # Kinds as DedupIndex.matches: near for a's own text, exact for b and c (one canonical text), d and e too.
     assert [got[k][2] for k in "abcde"] == ["near", "exact", "exact", "exact", "exact"]
+    assert [got[k][3] for k in "abcde"] == [3, 3, 3, 2, 2]
 
 
 def test_command_reads_jsonl_writes_parquet_and_an_index(spark: Any, tmp_path: Path) -> None:
