@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from rag_dedup import atomic
 from rag_dedup.app.corpus import DEFAULT_GLOBS, CorpusError, build_index, chunk_corpus, escape_name, read_corpus
 from rag_dedup.app.progress import phase, track
 from rag_dedup.app.saved import SaveError, check_output_file, check_save_target, is_save, load_saved, save_scan
-from rag_dedup.app.saved import write_text_atomic
 from rag_dedup.app.text import side_by_side
 
 __all__ = ["main", "side_by_side"]
@@ -270,7 +270,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
         with phase("writing the HTML report"):
             page = scan_page(summary, {c.key: c.text for c in chunks}, title=f"rag-dedup scan {escape_name(args.path)}")
-            write_text_atomic(html_path, page)
+            atomic.write_text(html_path, page)
         args.written.append(args.html)
     if args.save:
         from rag_dedup.app.retrieval import bm25_retriever
@@ -313,7 +313,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if html_path:
         from rag_dedup.app.html import tune_page
 
-        write_text_atomic(html_path, tune_page(report, by_key, title=f"rag-dedup tune {escape_name(args.path)}"))
+        atomic.write_text(html_path, tune_page(report, by_key, title=f"rag-dedup tune {escape_name(args.path)}"))
         args.written.append(args.html)
     if args.json:
         d = report.to_dict()
@@ -391,7 +391,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     if html_path:
         from rag_dedup.app.html import queries_page
 
-        write_text_atomic(html_path, queries_page(report, title=f"rag-dedup query {escape_name(args.path)}"))
+        atomic.write_text(html_path, queries_page(report, title=f"rag-dedup query {escape_name(args.path)}"))
         args.written.append(args.html)
     if args.json and args.queries is None:
         q = report.questions[0]

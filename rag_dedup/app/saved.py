@@ -1,7 +1,7 @@
 """What the command writes: reports (one file each) and the ``scan --save DIR`` folder, atomically.
 
-A report is written to a temporary file in the target's folder, fsynced and renamed into place: a
-reader sees the old file or the new one. A save is a folder::
+A report is written by :func:`rag_dedup.atomic.write_text` (a temporary file in the target's folder,
+fsynced and renamed into place: a reader sees the old file or the new one). A save is a folder::
 
     DIR/chunks.json   schema "rag-dedup.chunks/1": root, settings, documents, skipped, chunks
     DIR/index/        the DedupIndex (DedupIndex.save: JSON and .npz, checksummed by the library)
@@ -16,7 +16,6 @@ again by the command (a result without a saved chunk is a damaged save).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_dedup.app.report import Chunk
+from rag_dedup.atomic import umask
 
 __all__ = [
     "BM25_DIR",
@@ -40,7 +40,6 @@ __all__ = [
     "is_save",
     "load_saved",
     "save_scan",
-    "write_text_atomic",
 ]
 
 CHUNKS_FILE = "chunks.json"
@@ -51,12 +50,6 @@ BM25_DIR = "bm25"
 
 class SaveError(ValueError):
     """An output that cannot be written, or a save that cannot be read (the message names the file)."""
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def check_output_file(path: Path, option: str) -> None:
@@ -77,27 +70,6 @@ def check_output_file(path: Path, option: str) -> None:
         raise SaveError(f"{option} {path}: cannot write in {parent}: {e.strerror or e}") from None
     os.close(fd)
     os.unlink(tmp)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    Readers see the old file or the new one, never a partial one; on any exception (Ctrl-C included)
-    the temporary file is removed and the exception re-raised.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def is_save(directory: Path) -> bool:
@@ -127,7 +99,7 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     old: Path | None = None
     try:
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~umask())
         index.save(tmp / INDEX_DIR)
         if retriever is not None:
             (tmp / BM25_DIR).mkdir()

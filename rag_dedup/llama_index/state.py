@@ -18,7 +18,7 @@ distinct value and referenced by number. A promoted node equals the dropped one 
 metadata and hashes of its non-``SOURCE`` relationships.
 
 The file (``dedup_transform.json``, format ``rag-dedup-transform`` version 2) is written atomically
-(a temporary file, fsynced, renamed over the old one) and every field is validated when read: a
+(by :mod:`rag_dedup.atomic`: a temporary file, fsynced, renamed over the old one) and every field is validated when read: a
 damaged or foreign file raises :class:`TransformStateError` naming the file and the field.
 """
 
@@ -34,6 +34,7 @@ from typing import Any
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
+from rag_dedup import atomic
 from rag_dedup.errors import TransformStateError
 from rag_dedup.ingest import Ledger
 from rag_dedup.llama_index.metadata import STAMP_KEYS
@@ -118,12 +119,7 @@ class TransformState:
             "shared": [json.loads(self._shared[i]) for i in used],
             "dropped": [{**rec, "shared": renumber[rec["shared"]]} for rec in self._dropped.values()],
         }
-        tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(payload, f, ensure_ascii=False, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        atomic.write_text(target, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
 
     @classmethod
     def read(cls, target: Path) -> tuple[TransformState, dict[str, Any]]:

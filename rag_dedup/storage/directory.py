@@ -11,9 +11,10 @@ Layout of a saved index::
 Group ids are written compacted to ``0 .. n-1`` (in their order), so a saved index holds no gaps that
 loading would have to allocate; ids are internal, and no answer of the index depends on their values.
 
-**Writes are atomic.** Data files of a new generation are written under fresh names, flushed and
-fsynced; then ``manifest.json`` is replaced in one ``os.replace`` (and the directory fsynced); then
-every file of an older generation and every temporary that an interrupted save left behind is removed.
+**Writes are atomic** (each file by :mod:`rag_dedup.atomic`). Data files of a new generation are
+written under fresh names, flushed and fsynced; then ``manifest.json`` is replaced in one
+``os.replace`` (and the directory fsynced); then every file of an older generation and every
+temporary that an interrupted save left behind is removed.
 A crash leaves either the old index or the new one, never a mix. One process saves into a directory at
 a time.
 
@@ -39,6 +40,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rag_dedup import atomic
 from rag_dedup.errors import CorruptIndexError, InvalidTextError
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.memory import MemoryStorage, Snapshot
@@ -52,7 +54,7 @@ _FORMAT = "rag-dedup-index"
 _VERSION = 2
 _DIGEST_BYTES = 16  # BLAKE2b-128 of the canonical text (rag_dedup.shingles)
 _ROLES = {"items": ".json", "groups": ".npz", "clusters": ".json"}
-# Data files of any generation, and the temporaries of _atomic_write (".<name>.<random>.tmp").
+# Data files of any generation, and the temporaries of rag_dedup.atomic.write_bytes (".<name>.<random>.tmp").
 _DATA_FILE = re.compile(r"(?:items|groups|clusters)-[0-9a-f]{8}\.(?:json|npz)")
 _TEMPORARY = re.compile(r"\.(?:manifest\.json|(?:items|groups|clusters)-[0-9a-f]{8}\.(?:json|npz))\..+\.tmp")
 _ARRAYS = {  # name -> (dtype, number of dimensions)
@@ -110,8 +112,8 @@ def save_directory(path: str | os.PathLike[str], meta: dict[str, Any], storage: 
 
     body = {"format": _FORMAT, "format_version": _VERSION, "meta": meta, "files": files}
     manifest = {**body, "sha256": _manifest_digest(body)}
-    _atomic_write(root / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
-    _fsync_directory(root)
+    atomic.write_bytes(root / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+    atomic.fsync_directory(root)
     kept = {entry["name"] for entry in files.values()}
     for entry in root.iterdir():
         name = entry.name
@@ -169,30 +171,8 @@ def load_directory(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Memory
 
 # --- writing ---------------------------------------------------------------------------------------
 def _write(root: Path, name: str, data: bytes, files: dict[str, dict[str, Any]], role: str) -> None:
-    _atomic_write(root / name, data)
+    atomic.write_bytes(root / name, data)
     files[role] = {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _fsync_directory(root: Path) -> None:
-    """Make the rename of the manifest durable (a directory entry lives in the directory)."""
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _manifest_digest(body: dict[str, Any]) -> str:

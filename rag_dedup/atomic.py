@@ -1,0 +1,57 @@
+"""Atomic file writes: the one way rag-dedup writes a file it will read back or a user will open.
+
+``write_bytes(path, data)`` writes ``data`` to a temporary file in ``path``'s folder (named
+``.<name>.<random>.tmp``, so a folder listing tells it from real files), flushes and fsyncs it, gives it
+the permissions of an ordinary new file (``0o666`` less the umask: ``mkstemp`` makes ``0o600``) and
+renames it over ``path`` with :func:`os.replace`. A reader sees the old file or the new one, never a
+part of either; on any exception (Ctrl-C included) the temporary file is removed and the exception
+re-raised. A rename is durable once the folder itself is fsynced: :func:`fsync_directory` does that,
+for writers whose last rename commits a whole set of files (the index directory's manifest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["fsync_directory", "umask", "write_bytes", "write_text"]
+
+
+def write_bytes(path: Path | str, data: bytes) -> None:
+    """Replace ``path`` by a file holding ``data``, atomically (see the module docstring)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def fsync_directory(root: Path | str) -> None:
+    """Make the renames done in ``root`` durable (a directory entry lives in its directory)."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def umask() -> int:
+    """The process's umask (read by setting it and setting it back: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
