@@ -32,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import random
 import subprocess
 import sys
@@ -68,9 +67,9 @@ def _reset_peak() -> None:
 
 
 def worker(mode: str, block: int, data: str) -> dict[str, object]:
-    """Build one index from the pickled chunks at ``data``; return time, RSS and the partition digest."""
-    with open(data, "rb") as f:
-        items: list[tuple[str, str]] = pickle.load(f)
+    """Build one index from the chunks at ``data`` (a JSON list of [key, text]); return time, RSS and the partition digest."""
+    with open(data, encoding="utf-8") as f:
+        items: list[tuple[str, str]] = [(k, t) for k, t in json.load(f)]
     sys.path.insert(0, str(HERE))
     from rag_dedup import DedupIndex, canonical
 
@@ -165,8 +164,8 @@ def main() -> None:
         rows = [(name + label, mode, block, tree) for name, mode, block in ROWS for label, tree in trees
                 if (mode in ("add", "add_many") or not label) and (mode != "recipe" or n <= args.recipe_max)]
         best: dict[str, dict[str, object]] = {}
-        with tempfile.NamedTemporaryFile(suffix=".pkl") as f:
-            pickle.dump(items, f)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as f:
+            json.dump(items, f, ensure_ascii=False)
             f.flush()
             for _ in range(args.rounds):
                 for name, mode, block, tree in rows:
