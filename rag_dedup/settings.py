@@ -29,10 +29,28 @@ __all__ = [
     "check_top",
 ]
 
+# --- formats: every persisted format's name and version, here and nowhere else ---------------------
+# A reader refuses a version it does not know with an error naming the file (or namespace) and the fix.
 #: The ``format`` an index's stored parameters carry (storage meta and saved-directory manifest).
 INDEX_FORMAT = "rag-dedup-index"
 #: The newest ``format_version`` of those parameters this rag-dedup writes and reads.
 INDEX_FORMAT_VERSION = 1
+#: The saved index directory's manifest (``format`` is :data:`INDEX_FORMAT`). 2: the manifest carries
+#: its own checksum; group ids are compact; no next_gid array.
+DIRECTORY_FORMAT_VERSION = 2
+#: The Redis key layout (the ``<namespace>:format`` key). 2: readable key names, buckets as fields of
+#: a few thousand hashes (see ``rag_dedup/storage/redis/keys.py``).
+REDIS_LAYOUT_VERSION = 2
+#: The LlamaIndex DedupTransform's ``dedup_transform.json``. 2: dropped nodes as compact records with
+#: shared parts, plus ``passed``, ``sources`` and ``token``.
+TRANSFORM_STATE_FORMAT = "rag-dedup-transform"
+TRANSFORM_STATE_VERSION = 2
+#: The Spark job's result folder (``manifest.json`` beside ``items/`` and ``groups/``). 2: items carry
+#: cluster_size.
+SPARK_RESULT_FORMAT = "rag-dedup-spark-result"
+SPARK_RESULT_VERSION = 2
+#: The command's JSON reports (``to_dict()``); bump on any incompatible change.
+REPORT_SCHEMA_VERSION = 1
 
 #: Fewest MinHash permutations (one band of two rows at least).
 MIN_NUM_PERM = 2

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from rag_dedup import settings
 from rag_dedup.normalize import canonical
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,8 +65,8 @@ T = TypeVar("T")
 #: The thresholds ``rag-dedup tune`` compares when none are given.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9)
 
-#: Version of the dictionaries produced by ``to_dict()``; bump on any incompatible change.
-SCHEMA_VERSION = 1
+#: Version of the dictionaries produced by ``to_dict()`` (kept in :mod:`rag_dedup.settings`).
+SCHEMA_VERSION = settings.REPORT_SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

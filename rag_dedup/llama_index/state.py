@@ -34,16 +34,15 @@ from typing import Any
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
-from rag_dedup import atomic
+from rag_dedup import atomic, settings
 from rag_dedup.errors import TransformStateError
 from rag_dedup.ingest import Ledger
 from rag_dedup.llama_index.metadata import STAMP_KEYS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "TransformState"]
 
-FORMAT = "rag-dedup-transform"
-#: 2: dropped nodes as compact records with shared parts, plus ``passed``, ``sources`` and ``token``.
-FORMAT_VERSION = 2
+FORMAT = settings.TRANSFORM_STATE_FORMAT
+FORMAT_VERSION = settings.TRANSFORM_STATE_VERSION
 
 # Fields of a node's data kept per node; everything else goes into the shared part.
 _OWN = ("id_", "text", "text_resource", "start_char_idx", "end_char_idx", "embedding")

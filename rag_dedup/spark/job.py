@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rag_dedup import settings
 from rag_dedup.index import DedupIndex
 from rag_dedup.policy import Policy
 from rag_dedup.shingles import DEFAULT_NGRAM
@@ -56,8 +57,8 @@ __all__ = ["COLUMNS", "RESULT_FORMAT", "DedupResult", "dedup_dataframe", "dedup_
 #: The columns of :func:`dedup_dataframe`'s result, in order.
 COLUMNS = ("key", "cluster_id", "representative", "duplicate_of", "similarity", "kind", "cluster_size", "source")
 #: Name of the layout :func:`write_result` writes (``manifest.json`` beside ``items/`` and ``groups/``).
-RESULT_FORMAT = "rag-dedup-spark-result"
-RESULT_VERSION = 2  # 2: items carry cluster_size
+RESULT_FORMAT = settings.SPARK_RESULT_FORMAT
+RESULT_VERSION = settings.SPARK_RESULT_VERSION
 # Examples named in an error about bad rows.
 _EXAMPLES = 5
 

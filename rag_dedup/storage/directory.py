@@ -40,7 +40,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from rag_dedup import atomic
+from rag_dedup import atomic, settings
 from rag_dedup.errors import CorruptIndexError, InvalidTextError
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.memory import MemoryStorage, Snapshot
@@ -49,9 +49,8 @@ from rag_dedup.surrogates import check_unicode
 __all__ = ["MANIFEST", "load_directory", "save_directory"]
 
 MANIFEST = "manifest.json"
-_FORMAT = "rag-dedup-index"
-# 2: the manifest carries its own checksum; group ids are compact; no next_gid array.
-_VERSION = 2
+_FORMAT = settings.INDEX_FORMAT
+_VERSION = settings.DIRECTORY_FORMAT_VERSION
 _DIGEST_BYTES = 16  # BLAKE2b-128 of the canonical text (rag_dedup.shingles)
 _ROLES = {"items": ".json", "groups": ".npz", "clusters": ".json"}
 # Data files of any generation, and the temporaries of rag_dedup.atomic.write_bytes (".<name>.<random>.tmp").

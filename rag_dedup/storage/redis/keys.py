@@ -41,12 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from rag_dedup import settings
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.bookkeeping import Table
 
 __all__ = ["FORMAT", "LAYOUT_VERSION", "OLD_LAYOUT_KEYS", "Layout"]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = settings.REDIS_LAYOUT_VERSION
 FORMAT = f"rag-dedup-redis {LAYOUT_VERSION}".encode()
 #: Keys that only a layout-1 namespace has (it had no ``format`` key).
 OLD_LAYOUT_KEYS = (b"next_gid", b"cof", b"comp")
