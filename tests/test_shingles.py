@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.corpus import chunks, documents
 
 from rag_dedup import DedupIndex
 from rag_dedup.index import SHINGLING, IndexMismatchError
@@ -17,6 +18,8 @@ from rag_dedup.normalize import shingle_tokens, token_form
 from rag_dedup.storage import directory
 from rag_dedup.storage.directory import MANIFEST
 from rag_dedup.shingles import (
+    GRAM,
+    SHORT_SET_TOKENS,
     reference_shingle_hashes,
     shingle_hashes,
     shingle_hashes_many,
@@ -321,3 +324,186 @@ def test_token_rule_parameters_are_validated(kwargs: dict, error: type[Exception
         DedupIndex(**kwargs)
     with pytest.raises(error, match=match):
         shingle_hashes_many(["text"], **kwargs)
+
+
+# --- the hash and the short-text regime: fast paths against the reference, golden values ------------
+def test_batch_shingles_equal_reference_on_real_documents() -> None:
+    texts = list(documents().values())
+    for text, fast in zip(texts, shingle_hashes_many(texts)):
+        assert np.array_equal(fast, reference_shingle_hashes(text))
+
+
+def test_batch_shingles_equal_reference_on_uniform_chunks() -> None:
+    """Chunks of equal length take the padded 2-D sort; whole documents take the global sort."""
+    items = chunks()[:300]
+    fast = shingle_hashes_many([t for _, t in items])
+    for (_, text), got in zip(items, fast):
+        assert np.array_equal(got, reference_shingle_hashes(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from(list("ab cé\n\t\r\x1c\u2028\u00a0\u00ad日🙂ﬁ")), max_size=40), max_size=6),
+    st.integers(1, 6),
+)
+def test_batch_shingles_equal_reference_property(texts: list[str], ngram: int) -> None:
+    for text, got in zip(texts, shingle_hashes_many(texts, ngram)):
+        assert np.array_equal(got, reference_shingle_hashes(text, ngram))
+
+
+def test_shingle_golden_values() -> None:
+    """Pins the hash function: a silent change would orphan every saved index."""
+    assert shingle_hashes("a b c d e", short_tokens=0).tolist() == [2259987849]
+    assert shingle_hashes("a").tolist() == [865604000]
+    assert shingle_hashes("the quick brown fox jumps over the lazy dog", short_tokens=0).tolist() == [
+        898830120, 1394216044, 1477653804, 1714844832, 2211343614
+    ]
+    # The short-text regime (character bigrams below 12 tokens, token sets from 12) and split-script tokens.
+    assert shingle_hashes("a b c d e").tolist() == [
+        820551326, 835820170, 1041688983, 2209586752, 2893160502, 2904135709, 3396915094, 3999171649
+    ]
+    assert shingle_hashes("日本語のテキスト").tolist() == [
+        260744089, 448191364, 1254265627, 1314967118, 2069044603, 2508752601, 3432456361
+    ]
+    assert shingle_hashes("one two three four five six seven eight nine ten eleven twelve").tolist() == [
+        972665429, 1142863160, 1235182844, 1263899469, 1265293008, 1355157559,
+        1669526411, 1834869262, 2051881614, 2149063456, 2558457199, 3696278072,
+    ]  # fmt: skip
+
+
+def test_shingles_are_sorted_unique_uint32() -> None:
+    sh = shingle_hashes(documents()["licenses/GPL-2.txt"])
+    assert sh.dtype == np.uint32
+    assert np.all(np.diff(sh.astype(np.int64)) > 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param("license", "copyright", id="different-one-word"),
+        pytest.param("install", "installs", id="one-word-one-letter-apart"),
+        pytest.param("GNU General", "GNU Generic", id="two-words-one-apart"),
+    ],
+)
+def test_one_and_two_word_texts_are_never_near_duplicates(a: str, b: str) -> None:
+    """Texts of one or two tokens keep the one-shingle rule: only the same tokens are similar."""
+    assert jaccard(shingle_hashes(a), shingle_hashes(b)) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param("permission is granted", "warranty is disclaimed", id="different-three-word"),
+        pytest.param("the cat sat", "the cat sat on the mat today", id="short-vs-longer"),
+        pytest.param("Installing on Linux", "Installing on Windows", id="heading-other-system"),
+        pytest.param("ls - list directory contents", "cp - copy files and directories", id="name-lines"),
+        pytest.param("Returns the number of elements in the list that satisfy the given predicate function",
+                     "Returns the index of the first element in the list for which the predicate holds",
+                     id="twelve-plus-tokens-sharing-their-function-words"),
+        pytest.param("gcloud alpha compute instances create create Compute Engine virtual machine instances",
+                     "gcloud alpha compute routers delete delete Compute Engine routers", id="one-command-family"),
+    ],
+)
+def test_unrelated_short_texts_are_below_the_threshold(a: str, b: str) -> None:
+    assert jaccard(shingle_hashes(a), shingle_hashes(b)) < 0.6
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param("Installing the package on Linux", "Installing the packages on Linux", id="plural"),
+        pytest.param("dir - list directory contents", "vdir - list directory contents", id="name-lines"),
+        pytest.param("1. Redistributions of source code must retain the above copyright notice",
+                     "* Redistributions of source code must retain the above copyright notice.", id="list-markers"),
+        pytest.param("How do I reset my password if I no longer have access to my e-mail account?",
+                     "How do I reset my password if I no longer have access to my email account?", id="faq"),
+        pytest.param("chsh change login shell", "chsh chaege login shell", id="letter-in-four-words"),
+        pytest.param("rename rename files", "rename renames files", id="plural-in-three-words"),
+        pytest.param("gcloud alpha accesscontextmanager cloudbindings list list cloud access bindings under an organization",
+                     "gcloud alpha checksums cloudbindings list list cloud access bindings under an organization",
+                     id="word-replaced-in-twelve"),
+        pytest.param("Redistributions in binary form must reproduce the above copyright notice and this list of conditions",
+                     "Redistributions in binary form must acknowledge the above copyright notice and this list of conditions",
+                     id="word-replaced-in-sixteen"),
+    ],
+)
+def test_near_identical_short_texts_reach_the_threshold(a: str, b: str) -> None:
+    """Regression (issue 20): 12-word texts one word apart shared 3 of 13 word shingles (J = 0.23); and
+    under character trigrams (up to 20 tokens) a letter edit in 3-4 words (J 0.73, 0.75 here) and a long
+    word replaced in 12-16 words (J 0.68 for the gcloud line, 0.79 for the clause) still fell below 0.8."""
+    assert jaccard(shingle_hashes(a), shingle_hashes(b)) >= 0.8
+    assert jaccard(shingle_hashes(a, short_tokens=0), shingle_hashes(b, short_tokens=0)) < 0.8
+
+
+@pytest.mark.parametrize(
+    ("tokens", "short_tokens", "measure"),
+    [
+        pytest.param(1, 20, "shingles", id="one-token"),
+        pytest.param(2, 20, "shingles", id="two-tokens"),
+        pytest.param(3, 20, "chars", id="three-tokens"),
+        pytest.param(11, 20, "chars", id="eleven-tokens"),
+        pytest.param(12, 20, "tokens", id="twelve-tokens"),
+        pytest.param(20, 20, "tokens", id="twenty-tokens"),
+        pytest.param(21, 20, "shingles", id="above-the-regime"),
+        pytest.param(12, 11, "shingles", id="regime-ends-before-the-switch"),
+        pytest.param(12, 0, "shingles", id="regime-off"),
+    ],
+)
+def test_short_measure_switches_where_documented(tokens: int, short_tokens: int, measure: str) -> None:
+    assert SHORT_SET_TOKENS == 12 and GRAM == 2
+    assert short_measure(tokens, short_tokens) == measure
+
+
+@pytest.mark.parametrize("size", [12, 14, 16, 20])
+def test_one_token_replaced_in_a_token_set_text_gives_u_minus_1_over_u_plus_1(size: int) -> None:
+    """From SHORT_SET_TOKENS tokens a one-token edit costs one element whatever the word lengths:
+    J = (u - 1) / (u + 1) for u distinct tokens, the rule the README states."""
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar papa quebec romeo sierra tango".split()
+    text = " ".join(words[:size])
+    edited = text.replace("charlie", "extraordinarily")
+    assert jaccard(shingle_hashes(text), shingle_hashes(edited)) == pytest.approx((size - 1) / (size + 1))
+
+
+def test_token_set_texts_ignore_word_order() -> None:
+    """The documented price of token sets: the same 12 tokens in another order are the same set."""
+    text = "copy the files from the source directory into the target directory and exit"
+    reordered = "exit and copy the files into the target directory from the source directory"
+    assert jaccard(shingle_hashes(text), shingle_hashes(reordered)) == 1.0
+    assert jaccard(shingle_hashes(text, short_tokens=0), shingle_hashes(reordered, short_tokens=0)) < 0.5
+
+
+def test_same_short_text_is_identical() -> None:
+    assert jaccard(shingle_hashes("GNU General Public"), shingle_hashes("gnu  general public")) == 1.0
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\n\t\u00a0"], ids=["empty", "spaces", "whitespace"])
+def test_empty_text_has_no_shingles_and_no_similarity(empty: str) -> None:
+    assert len(shingle_hashes(empty)) == 0
+    assert jaccard(shingle_hashes(empty), shingle_hashes(empty)) == 0.0
+
+
+def test_shingles_reject_bad_input() -> None:
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str"):
+        shingle_hashes_many(["ok", None])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="ngram"):
+        shingle_hashes("a b", ngram=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("aZé ß\t\n\r\u00a0\u200b\u00ad\x0b\x1c\u2028ﬁ.Σ")), max_size=30), max_size=5))
+def test_bulk_digest_is_the_digest_of_the_canonical_form(texts: list[str]) -> None:
+    """The index rebuilds canonical forms from words and line breaks in bulk; it must equal canonical()."""
+    from rag_dedup.shingles import canonical_digest, shingles_and_digests
+
+    sets, digests = shingles_and_digests(texts)
+    assert digests == [canonical_digest(t) for t in texts]
+    assert all(np.array_equal(a, shingle_hashes(t)) for a, t in zip(sets, texts))
+
+
+def test_bulk_digest_on_real_documents_with_crlf() -> None:
+    from rag_dedup.shingles import canonical_digest, shingles_and_digests
+
+    texts = [t.replace("\n", "\r\n") for t in list(documents().values())[:10]] + list(documents().values())[:10]
+    _, digests = shingles_and_digests(texts)
+    assert digests == [canonical_digest(t) for t in texts]
+    assert digests[:10] == digests[10:]  # CRLF and LF files are the same canonical text

@@ -1,5 +1,5 @@
-"""The LangChain adapter with LangChain's real parts: InMemoryVectorStore, the indexing API with
-InMemoryRecordManager and SQLRecordManager on SQLite, BM25Retriever, ContextualCompressionRetriever."""
+"""``DedupDocumentTransformer`` with LangChain's real parts: InMemoryVectorStore and the indexing API with
+InMemoryRecordManager and SQLRecordManager on SQLite; and the package's missing-extra message."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
 
 from tests.adapter_corpus import paragraphs
+from tests.corpus import documents as corpus_files
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.indexing import InMemoryRecordManager, index
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from rag_dedup.index import DedupIndex
-from rag_dedup.langchain import DedupDocumentTransformer
+from rag_dedup.langchain import DedupDocumentTransformer, SentenceChunker
 from rag_dedup.langchain.transformer import document_key
 from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
 
@@ -114,93 +115,6 @@ def test_missing_extra_names_the_pip_command() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert 'pip install "rag-dedup[langchain]"' in out
-
-
-# --- query time and chunking --------------------------------------------------------------------
-from tests.adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
-from tests.corpus import documents as corpus_files  # noqa: E402
-from langchain_classic.retrievers import ContextualCompressionRetriever  # noqa: E402
-from langchain_community.retrievers import BM25Retriever  # noqa: E402
-
-from rag_dedup.langchain import DedupCompressor, DistinctRetriever, SentenceChunker  # noqa: E402
-from rag_dedup.stamps import DEDUP_COLLAPSED  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def chunks() -> list[Document]:
-    """The shipped corpus split by SentenceChunker and stamped by the transformer (tag mode)."""
-    files = [Document(text, metadata={"source": path}) for path, text in corpus_files().items()]
-    split = SentenceChunker(add_start_index=True).split_documents(files)
-    return list(DedupDocumentTransformer().transform_documents(split))
-
-
-@pytest.fixture(scope="module")
-def bm25(chunks: list[Document]) -> BM25Retriever:
-    return BM25Retriever.from_documents(chunks, k=30)
-
-
-def test_splitter_offsets_are_exact_and_match_the_llama_index_chunker() -> None:
-    from llama_index.core import Document as LlamaDocument
-
-    from rag_dedup.llama_index.chunking import SentenceChunker as LlamaChunker
-
-    path, text = next(iter(corpus_files().items()))
-    split = SentenceChunker(add_start_index=True).split_documents([Document(text, metadata={"source": path})])
-    assert all(text[d.metadata["start_index"] : d.metadata["start_index"] + len(d.page_content)] == d.page_content for d in split)
-    assert all(d.metadata["source"] == path for d in split)
-    nodes = LlamaChunker().get_nodes_from_documents([LlamaDocument(text=text)])
-    assert [d.page_content for d in split] == [n.text for n in nodes]  # one engine, one cut plan
-
-
-def test_compressor_in_contextual_compression_retriever_keeps_no_duplicates(bm25: BM25Retriever) -> None:
-    retriever = ContextualCompressionRetriever(base_compressor=DedupCompressor(top_n=10), base_retriever=bm25)
-    folded_total = 0
-    for query in QUERIES:
-        plain = bm25.invoke(query)
-        out = retriever.invoke(query)
-        assert max_pair_similarity([d.page_content for d in out]) < 0.8, query
-        keys = {document_key(d) for d in plain}
-        folded = [e for d in out for e in d.metadata.get(DEDUP_COLLAPSED, [])]
-        assert {e["id"] for e in folded} <= keys and all(e["source"] for e in folded)
-        folded_total += len(folded)
-        assert all(DEDUP_COLLAPSED not in d.metadata for d in plain), "the retriever's documents were modified"
-    assert folded_total > 0
-
-
-def test_a_second_pass_keeps_the_first_pass_citations(bm25: BM25Retriever) -> None:
-    fetched = bm25.invoke(QUERIES[0])
-    once = DedupCompressor(threshold=0.95).compress_documents(fetched, QUERIES[0])
-    twice = DedupCompressor(threshold=0.5, trust_clusters=False).compress_documents(once, QUERIES[0])
-    first = {e["id"] for d in once for e in d.metadata.get(DEDUP_COLLAPSED, [])}
-    second = {e["id"] for d in twice for e in d.metadata.get(DEDUP_COLLAPSED, [])}
-    assert first and first < second
-
-
-def test_distinct_retriever_returns_k_distinct_and_async_agrees(bm25: BM25Retriever) -> None:
-    retriever = DistinctRetriever(retriever=bm25.model_copy(update={"k": 10}), top_k=10)
-    ratios_plain, ratios = [], []
-    for query in QUERIES:
-        out = retriever.invoke(query)
-        assert len(out) == 10
-        ratios.append(distinct_ratio([d.page_content for d in out], 10))
-        ratios_plain.append(distinct_ratio([d.page_content for d in bm25.invoke(query)], 10))
-        assert [d.page_content for d in asyncio.run(retriever.ainvoke(query))] == [d.page_content for d in out]
-    assert min(ratios) == 1.0
-    assert sum(ratios_plain) < sum(ratios)
-    assert bm25.k == 30, "the wrapped retriever was modified"
-
-
-def test_distinct_retriever_refuses_what_it_cannot_size() -> None:
-    from langchain_core.retrievers import BaseRetriever
-
-    class Fixed(BaseRetriever):
-        def _get_relevant_documents(self, query, *, run_manager):  # type: ignore[no-untyped-def]
-            return []
-
-    with pytest.raises(ValueError, match="neither search_kwargs nor a k field"):
-        DistinctRetriever(retriever=Fixed())
-    with pytest.raises(ValueError):
-        DistinctRetriever(retriever=BM25Retriever.from_documents([Document("x")]), fetch_factor=float("inf"))
 
 
 def test_chunk_dedup_store_pipeline_embeds_each_passage_once(chunks: list[Document]) -> None:

@@ -1,0 +1,39 @@
+"""``DedupCompressor`` inside LangChain's ContextualCompressionRetriever over a BM25Retriever of the shipped corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
+
+from tests.adapter_corpus import QUERIES, max_pair_similarity
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_community.retrievers import BM25Retriever
+
+from rag_dedup.langchain import DedupCompressor
+from rag_dedup.langchain.transformer import document_key
+from rag_dedup.stamps import DEDUP_COLLAPSED
+
+
+def test_compressor_in_contextual_compression_retriever_keeps_no_duplicates(bm25: BM25Retriever) -> None:
+    retriever = ContextualCompressionRetriever(base_compressor=DedupCompressor(top_n=10), base_retriever=bm25)
+    folded_total = 0
+    for query in QUERIES:
+        plain = bm25.invoke(query)
+        out = retriever.invoke(query)
+        assert max_pair_similarity([d.page_content for d in out]) < 0.8, query
+        keys = {document_key(d) for d in plain}
+        folded = [e for d in out for e in d.metadata.get(DEDUP_COLLAPSED, [])]
+        assert {e["id"] for e in folded} <= keys and all(e["source"] for e in folded)
+        folded_total += len(folded)
+        assert all(DEDUP_COLLAPSED not in d.metadata for d in plain), "the retriever's documents were modified"
+    assert folded_total > 0
+
+
+def test_a_second_pass_keeps_the_first_pass_citations(bm25: BM25Retriever) -> None:
+    fetched = bm25.invoke(QUERIES[0])
+    once = DedupCompressor(threshold=0.95).compress_documents(fetched, QUERIES[0])
+    twice = DedupCompressor(threshold=0.5, trust_clusters=False).compress_documents(once, QUERIES[0])
+    first = {e["id"] for d in once for e in d.metadata.get(DEDUP_COLLAPSED, [])}
+    second = {e["id"] for d in twice for e in d.metadata.get(DEDUP_COLLAPSED, [])}
+    assert first and first < second

@@ -1,0 +1,42 @@
+"""``DistinctRetriever`` around a BM25Retriever of the shipped corpus: k distinct passages, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
+
+from tests.adapter_corpus import QUERIES, distinct_ratio
+from langchain_community.retrievers import BM25Retriever
+from langchain_core.documents import Document
+
+from rag_dedup.langchain import DistinctRetriever
+
+
+def test_distinct_retriever_returns_k_distinct_and_async_agrees(bm25: BM25Retriever) -> None:
+    retriever = DistinctRetriever(retriever=bm25.model_copy(update={"k": 10}), top_k=10)
+    ratios_plain, ratios = [], []
+    for query in QUERIES:
+        out = retriever.invoke(query)
+        assert len(out) == 10
+        ratios.append(distinct_ratio([d.page_content for d in out], 10))
+        ratios_plain.append(distinct_ratio([d.page_content for d in bm25.invoke(query)], 10))
+        assert [d.page_content for d in asyncio.run(retriever.ainvoke(query))] == [d.page_content for d in out]
+    assert min(ratios) == 1.0
+    assert sum(ratios_plain) < sum(ratios)
+    assert bm25.k == 30, "the wrapped retriever was modified"
+
+
+def test_distinct_retriever_refuses_what_it_cannot_size() -> None:
+    from langchain_core.retrievers import BaseRetriever
+
+    class Fixed(BaseRetriever):
+        def _get_relevant_documents(self, query, *, run_manager):  # type: ignore[no-untyped-def]
+            return []
+
+    with pytest.raises(ValueError, match="neither search_kwargs nor a k field"):
+        DistinctRetriever(retriever=Fixed())
+    with pytest.raises(ValueError):
+        DistinctRetriever(retriever=BM25Retriever.from_documents([Document("x")]), fetch_factor=float("inf"))
