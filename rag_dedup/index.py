@@ -768,6 +768,22 @@ class DedupIndex:
             self.storage.drop()
             self.storage.save_meta(self._meta())
 
+    def close(self) -> None:
+        """Release the storage's connections: a Redis index closes its connection pool, an in-memory
+        index has none to release. Nothing stored is lost, and the index stays usable: a later call
+        reconnects. ``with DedupIndex(...) as index:`` calls this at the end of the block::
+
+            with DedupIndex(storage="redis://localhost:6379/0") as index:
+                index.add_many(items)
+        """
+        self.storage.close()
+
+    def __enter__(self) -> DedupIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- reading ----------------------------------------------------------------------------
     def __len__(self) -> int:
         return self.storage.item_count()

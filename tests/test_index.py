@@ -367,3 +367,36 @@ def test_add_many_restores_the_garbage_collector() -> None:
         assert not gc.isenabled()  # a caller's own choice is left alone
     finally:
         gc.enable()
+
+
+def test_with_block_closes_an_in_memory_index_and_keeps_its_items() -> None:
+    with DedupIndex() as index:
+        index.add("a", "the quick brown fox jumps over the lazy dog")
+    assert "a" in index and len(index) == 1
+
+
+def test_close_releases_the_redis_connections_and_a_later_call_reconnects(redis_url: str) -> None:
+    """``with DedupIndex(storage=redis://...)`` used to leave its connection pool open until garbage collection."""
+    redis = pytest.importorskip("redis")
+    import time
+
+    probe = redis.Redis.from_url(redis_url)
+
+    def connected_after_close(expected: int) -> int:
+        # The server sees a closed socket on its next event-loop turn: wait for it, up to a bound.
+        for _ in range(100):
+            now = int(probe.info("clients")["connected_clients"])
+            if now == expected:
+                break
+            time.sleep(0.02)
+        return now
+
+    before = int(probe.info("clients")["connected_clients"])
+    with DedupIndex(storage=redis_url, namespace="close") as index:
+        index.add("a", "the quick brown fox jumps over the lazy dog")
+        assert int(probe.info("clients")["connected_clients"]) > before
+    assert connected_after_close(before) == before
+    assert "a" in index and index.match("a").kind == "unique"  # the data stayed; the call reconnected
+    index.close()
+    assert connected_after_close(before) == before
+    probe.close()

@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.index:
             load_index(args.output).save(args.index)
         if args.redis:
-            load_index(args.output, args.redis, namespace=args.namespace).storage.close()
+            load_index(args.output, args.redis, namespace=args.namespace).close()
     except (ValueError, TypeError, SparkSetupError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -171,4 +171,5 @@ class Storage(ABC):
         """Delete everything stored, metadata included."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections; the default does nothing."""
+        """Release connections (:meth:`DedupIndex.close <rag_dedup.index.DedupIndex.close>` calls it); a later call
+        may reconnect. The default does nothing."""
