@@ -82,7 +82,7 @@ SHINGLING = "tokens-poly64-fmix64-v3"
 # share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
 # were batches fixed while the tables grow, the lookups would land far apart in tables far larger
 # than the CPU caches, and each merge would copy a larger table for the same few new entries
-# (benchmarks/bench_index.py: fixed batches cost 13% more per chunk at 160k items than at 10k).
+# (the README's Performance section has the measurement).
 _BATCH = 1024
 _BATCH_SHARE = 16
 _BATCH_MAX = 16384
@@ -389,7 +389,7 @@ class DedupIndex:
         """Add checked items in batches (see :meth:`add_many`); ``previous`` as for :meth:`_link_and_recluster`."""
         # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
         # allocates many small objects that cannot form cycles, and each collection they trigger
-        # would walk the caller's whole heap (all their nodes and documents) again: 15-20% of the time.
+        # would walk the caller's whole heap (all their nodes and documents) again.
         paused = gc.isenabled()
         gc.disable()
         try:
@@ -558,8 +558,8 @@ class DedupIndex:
         estimate, so no pair with J >= threshold is dropped. Why not the MinHash estimate: it is
         binomial, with standard deviation sqrt(J(1-J)/num_perm) (0.035 at J = 0.8, 128 permutations),
         so any cut below the threshold drops a true pair with some probability; and the stored groups
-        keep no signature (128 x 4 bytes a group would break the 2 KB-a-chunk memory budget). On
-        180-word real chunks the bound drops every candidate with J < 0.7 and ~97% of those below 0.8.
+        keep no signature (128 x 4 bytes a group would break the 2 KB-a-chunk memory budget). What
+        the bound saves on real text is a measurement (the README's Performance section), not a contract.
         """
         find = uf.find
 

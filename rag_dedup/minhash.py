@@ -111,7 +111,7 @@ class MinHasher:
         """``a_k * h + b_k mod 2^32`` for every permutation k (rows) and pre-mixed hash h (columns).
 
         The (num_perm, shingles) layout keeps each permutation's row contiguous: reducing along rows
-        is several times faster than along the columns of the transposed matrix.
+        is faster than along the columns of the transposed matrix.
         """
         permuted = np.multiply.outer(self._a, mixed)
         permuted += self._b_column

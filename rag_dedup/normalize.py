@@ -55,7 +55,7 @@ _IGNORABLE_RANGES = (
 )  # fmt: skip
 _IGNORABLE = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _IGNORABLE_RANGES) + "]")
 # The same set as a lookup table over UTF-16 code units, for texts of _TABLE_FROM characters or more:
-# there a table lookup in numpy is ~2x faster than the regex search (whose cost per character is that
+# there a table lookup in numpy is faster than the regex search (whose cost per character is that
 # of casefold itself); below, numpy's fixed cost per call is larger than the search. Surrogate code
 # units (D800-DFFF: a character above U+FFFF) are marked too, and such a text is searched by the regex.
 _TABLE_FROM = 512

@@ -133,8 +133,8 @@ _C_NP = np.array(_C, dtype=np.uint64)
 # and space: 9-13, 28-32), the same set as str.split(). canonical() leaves only spaces and newlines,
 # token_form() may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
 # Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries
-# (and spreads the fixed cost of the few dozen small array operations per piece of the decoration rule:
-# 2^18 is measurably faster than 2^17 on 180-word chunks, bench_scripts.py section 4).
+# (and spreads the fixed cost of the few dozen small array operations per piece of the decoration rule;
+# bench_scripts.py section 4 compares piece sizes).
 _PIECE_BYTES = 1 << 18
 
 
@@ -617,7 +617,7 @@ def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -
     """Fill ``out[i]`` with the sorted unique ``values`` whose ``owner`` is i (owners ascending).
 
     Rows of similar length are sorted as one padded 2-D array (numpy sorts short uint32 rows with SIMD
-    sorting networks, ~20x faster than one global sort of owner-tagged 64-bit keys); the global sort
+    sorting networks, much faster than one global sort of owner-tagged 64-bit keys); the global sort
     is the fallback when lengths are too uneven for padding to pay.
     """
     if len(values) == 0:

@@ -136,8 +136,8 @@ _PAIR_BLOCK = 256
 
 
 #: The Jaccard upper bound counts shingles in 2^8 = 256 buckets (the top 8 bits of a shingle hash).
-#: On 180-word chunks of real text it rejects every LSH candidate with J < 0.7 and ~97% of those
-#: with J < 0.8 (2^10 buckets: ~99%, at four times the work per pair).
+#: More buckets make the bound tighter at proportionally more work per pair (2^10: four times);
+#: what it rejects on real text is a measurement (the README's Performance section), not a contract.
 _BOUND_BITS = 8
 # Sets are counted, and pairs bounded, this many at a time: keeps the temporaries near 256 KB, below
 # those of MinHash (so the bound does not raise add_many's peak memory).

@@ -125,7 +125,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
     _docstore: BaseDocumentStore | None = PrivateAttr(default=None)
     _similarity: TextSimilarity = PrivateAttr(default_factory=TextSimilarity)
     # The Collapser for the current settings and the settings it was made for (one private attribute:
-    # pydantic resolves each private attribute read through __getattr__, which costs about a microsecond).
+    # pydantic resolves each private attribute read through __getattr__, a Python call per read).
     _made: tuple[tuple[Any, ...], Collapser] | None = PrivateAttr(default=None)
 
     @field_validator("threshold", mode="before")

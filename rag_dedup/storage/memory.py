@@ -1,9 +1,10 @@
-"""In-process storage: compact enough for millions of chunks (well under 2 KB each).
+"""In-process storage, compact enough for millions of chunks (the budget: under 2 KB a chunk; the
+README's Performance table has the measured bytes).
 
-Where the bytes go, per indexed chunk of ~180 words: its shingle set as a ``bytes`` object
-(4 bytes a shingle, ~740 bytes), its LSH bucket entries in sorted numpy arrays (12 bytes a band,
-~250 bytes at 21 bands), and its item record and exact-text digest (~350 bytes). Python dicts and
-sets per bucket, as in datasketch's in-memory LSH, cost several kilobytes a chunk instead.
+Where the bytes go, per indexed chunk: its shingle set as a ``bytes`` object (4 bytes a shingle),
+its LSH bucket entries in sorted numpy arrays (12 bytes a band: 252 bytes at 21 bands), and its item
+record and exact-text digest. Python dicts and sets per bucket, as in datasketch's in-memory LSH,
+cost several times that.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class BandTable:
     """
 
     _BUFFER_LIMIT = 4096
-    # Queries of at most this many keys (one add, or an add_many of about ten texts: below ~20 rows of
-    # 21 bands the small path is the faster, measured on a table of 15k groups) take _query_small.
+    # Queries of at most this many keys (one add, or an add_many of about a dozen texts at 21 bands,
+    # where the small path is the faster) take _query_small.
     _SMALL_QUERY = 256
     _SHARD_SHIFT = np.uint64(60)
 

@@ -85,9 +85,10 @@ class Layout:
     def bucket(self, band_key: int) -> tuple[bytes, bytes]:
         """(hash, field) of the bucket of ``band_key``.
 
-        Buckets are fields of 4,096 hashes, not a key each: a top-level key costs ~100 bytes of server
-        memory, a field of a small hash (Redis keeps it as a compact listpack) ~20. With 21 bands,
-        20k chunks make ~100 fields a hash.
+        Buckets are fields of 4,096 hashes, not a key each: a top-level key costs the server several
+        times the memory of a field of a small hash (which Redis keeps as a compact listpack; the
+        README's Performance table has the measured bytes a chunk). With 21 bands, 20k chunks make
+        about 100 fields a hash (20,000 x 21 / 4,096).
         """
         name = b"%016x" % band_key
         return self.bucket_prefix + name[:3], name[3:]

@@ -135,7 +135,7 @@ class NamespaceLock:
                     f"while holding it, it expires within lock_timeout={self.timeout:g} s; otherwise "
                     "raise lock_wait or use smaller batches"
                 )
-            # Poll with a short, jittered backoff: a batch holds the lock for tens of milliseconds,
+            # Poll with a short, jittered backoff: a batch holds the lock only while it commits,
             # and a waiter that sleeps much longer than that leaves the store idle.
             clock.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.004)
