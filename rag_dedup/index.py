@@ -52,6 +52,7 @@ import datetime as _dt
 import gc
 import math
 import os
+import warnings
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -102,8 +103,10 @@ class Match(NamedTuple):
 
     Attributes:
         key: The item.
-        cluster_id: Its cluster (the representative's key).
-        representative: The key of the cluster's representative.
+        cluster_id: Its cluster, named by the representative's key: the one id to use (the stamps,
+            :meth:`~DedupIndex.members` and :meth:`~DedupIndex.clusters` name clusters by it).
+        representative: The same key as ``cluster_id``, always (a field of this tuple since the first
+            release, so it stays; read ``cluster_id``).
         duplicate_of: The representative, or None when the item is the representative.
         similarity: Exact Jaccard similarity of the item's shingles to the representative's (1.0 for
             the representative itself and for exact copies of it).
@@ -856,12 +859,14 @@ class DedupIndex:
         return self.matches([key])[0]
 
     def resolve(self, key: str) -> str:
-        """The key of ``key``'s current representative (``key`` itself for a representative)."""
-        return self.match(key).representative
+        """The id of ``key``'s cluster, which is its current representative's key (``key`` itself for a
+        representative): the one way to ask where a key went. Raises KeyError for an unknown key."""
+        return self.match(key).cluster_id
 
     def cluster_of(self, key: str) -> str:
-        """The id of ``key``'s cluster (its representative's key)."""
-        return self.match(key).cluster_id
+        """Deprecated: the same as :meth:`resolve` (a cluster's id is its representative's key)."""
+        warnings.warn("DedupIndex.cluster_of(key) is deprecated: use resolve(key), the same id", DeprecationWarning, stacklevel=2)
+        return self.resolve(key)
 
     def members(self, cluster_id: str) -> list[str]:
         """The keys in a cluster: the representative, then the others in key order.
@@ -879,7 +884,13 @@ class DedupIndex:
         return [cluster_id]
 
     def representative(self, cluster_id: str) -> str:
-        """The representative's key of a cluster (raises KeyError like :meth:`members`)."""
+        """Deprecated: a cluster's id is its representative's key, so this returns ``cluster_id``
+        (raising KeyError like :meth:`members`, which is the way to check that an id names a cluster)."""
+        warnings.warn(
+            "DedupIndex.representative(cluster_id) is deprecated: a cluster's id is its representative's key",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.members(cluster_id)[0]
 
     def clusters(self, *, include_singletons: bool = True) -> Iterator[tuple[str, list[str]]]:

@@ -265,7 +265,19 @@ def test_sources_and_cluster_listing(corpus_items) -> None:
     listed = dict(index.clusters())
     assert sorted(k for ms in listed.values() for k in ms) == sorted(k for k, _ in corpus_items[:100])
     for cid, ms in listed.items():
-        assert index.representative(cid) == cid == ms[0]
+        assert index.members(cid) == ms and ms[0] == cid and index.resolve(cid) == cid
+
+
+def test_the_deprecated_identity_aliases_warn_and_answer_as_resolve_and_members(built: DedupIndex, corpus_items) -> None:
+    """cluster_of(key) and representative(cluster_id) stay for old callers; the one way is resolve(key)."""
+    m = next(m for m in built.matches(list(dict(corpus_items))) if m.duplicate_of)
+    assert m.representative == m.cluster_id == built.resolve(m.key)
+    with pytest.warns(DeprecationWarning, match=r"use resolve\(key\)"):
+        assert built.cluster_of(m.key) == m.cluster_id
+    with pytest.warns(DeprecationWarning, match="its representative's key"):
+        assert built.representative(m.cluster_id) == m.cluster_id
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError, match="is not a cluster id"):
+        built.representative(m.key)
 
 
 def test_members_of_a_non_cluster_id(built: DedupIndex, corpus_items) -> None:

@@ -170,4 +170,4 @@ def test_two_text_clusters_equal_cluster_component() -> None:
                 members, {0: sets[a], 1: sets[b]}, index.drift_floor, policy or longest_then_authority
             )
             got = sorted([(a, index.match(a).similarity), (b, index.match(b).similarity)])
-            assert [(rep, sorted(ms)) for rep, ms in expected] == [(index.representative(a), got)]
+            assert [(rep, sorted(ms)) for rep, ms in expected] == [(index.resolve(a), got)]

@@ -207,7 +207,7 @@ def test_real_ls_and_dir_pages_share_their_option_paragraphs() -> None:
     ls, dr = roff_paragraphs("ja-ls.1"), roff_paragraphs("ja-dir.1")
     index = DedupIndex()
     index.add_many([(f"ls{i}", t) for i, t in enumerate(ls)] + [(f"dir{i}", t) for i, t in enumerate(dr)])
-    shared = [i for i in range(len(dr)) if any(k.startswith("ls") for k in index.members(index.cluster_of(f"dir{i}")))]
+    shared = [i for i in range(len(dr)) if any(k.startswith("ls") for k in index.members(index.resolve(f"dir{i}")))]
     assert len(shared) >= len(dr) // 2
 
 
@@ -228,7 +228,7 @@ def test_short_texts_cluster_with_their_variants_and_not_with_each_other() -> No
     variants = [re.sub(r"(\w)(\w)\b", r"\2\1", line, count=1) for line in lines]  # swap two letters
     index = DedupIndex()
     index.add_many([(f"o{i}", t) for i, t in enumerate(lines)] + [(f"v{i}", t) for i, t in enumerate(variants)])
-    cluster = {k: index.cluster_of(k) for k in [f"o{i}" for i in range(len(lines))] + [f"v{i}" for i in range(len(lines))]}
+    cluster = {k: index.resolve(k) for k in [f"o{i}" for i in range(len(lines))] + [f"v{i}" for i in range(len(lines))]}
     sims = shingle_hashes_many(lines)
     vsims = shingle_hashes_many(variants)
     near = [i for i in range(len(lines)) if jaccard(sims[i], vsims[i]) >= 0.8]

@@ -335,7 +335,7 @@ def summarize(
         if m.duplicate_of is None:
             continue
         c = by_key[key]
-        rep = _chunk(by_key, m.representative)
+        rep = _chunk(by_key, m.cluster_id)
         # Match.kind "exact" says the chunk has a copy in its cluster; here, whether it is a copy of the one kept.
         same = m.kind == "exact" and canonical(c.text) == canonical(rep.text)
         kind: Literal["exact", "near"] = "exact" if same else "near"
@@ -349,7 +349,7 @@ def summarize(
         grouped[m.cluster_id].append(Member(c.key, c.source, c.start, c.end, float(m.similarity), kind))
     clusters: list[ClusterReport] = []
     for cluster_id, members in grouped.items():
-        rep = by_key[index.representative(cluster_id)]
+        rep = by_key[cluster_id]  # a cluster's id is its representative's key
         members.sort(key=lambda m: (-m.similarity, m.key))
         rep_m = Member(rep.key, rep.source, rep.start, rep.end, 1.0, "representative")
         clusters.append(ClusterReport(cluster_id, rep_m, tuple(members)))
