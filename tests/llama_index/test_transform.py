@@ -109,7 +109,7 @@ def test_drop_mode_decides_as_the_shared_ingest_rule_call_by_call_and_on_deletio
     source = next(  # a document holding the passed copy of a passage that another document repeats
         source_of[k]
         for k in sorted(ingestor.ledger.passed)
-        if any(m in dropped and source_of[m] != source_of[k] for m in index.members(index.cluster_of(k)))
+        if any(m in dropped and source_of[m] != source_of[k] for m in index.members(index.resolve(k)))
     )
     promoted = [n.node_id for n in transform.delete_ref_doc(source)]
     assert promoted and promoted == [v.key for v in ingestor.remove([k for k, _, s in rows if s == source])]
