@@ -136,12 +136,6 @@ def test_growing_batches_give_the_clusters_of_a_single_batch(built: DedupIndex, 
     assert got == built.matches(keys)
 
 
-def test_batch_size_grows_with_the_index_between_bounds() -> None:
-    assert index_module._batch_size(0) == index_module._BATCH
-    assert index_module._batch_size(64 * 1024) == 64 * 1024 // index_module._BATCH_SHARE
-    assert index_module._batch_size(10**9) == index_module._BATCH_MAX
-
-
 def test_add_many_results_equal_matches_after_the_batch(corpus_items) -> None:
     index = DedupIndex()
     got = index.add_many(corpus_items[:200])
