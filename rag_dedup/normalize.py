@@ -70,8 +70,6 @@ _WIDE_SPACES = "\u0085\u1680\u2028\u2029"
 # ASCII whitespace other than LF (CR is handled first) maps to a space.
 _ASCII_SPACES = bytes.maketrans(b"\t\x0b\x0c\x1c\x1d\x1e\x1f", b" " * 7)
 _RUNS_OF_SPACES = re.compile(rb"  +")
-_SPACE_AT_NEWLINE = re.compile(rb" ?\n ?")
-_BLANK_LINES = re.compile(rb"\n{3,}")
 
 
 def canonical(text: str) -> str:
@@ -300,10 +298,14 @@ def _fold_whitespace(data: bytes) -> bytes:
     data = data.translate(_ASCII_SPACES)
     if b"  " in data:
         data = _RUNS_OF_SPACES.sub(b" ", data)
-    if b" \n" in data or b"\n " in data:
-        data = _SPACE_AT_NEWLINE.sub(b"\n", data)
-    if b"\n\n\n" in data:
-        data = _BLANK_LINES.sub(b"\n\n", data)
+    # With runs of spaces folded, a newline has at most one space on each side; bytes.replace drops
+    # them (a regex substitution visits every newline, and costs ten times more on real text).
+    if b" \n" in data:
+        data = data.replace(b" \n", b"\n")
+    if b"\n " in data:
+        data = data.replace(b"\n ", b"\n")
+    while b"\n\n\n" in data:  # each pass turns a run of k >= 3 newlines into one of k - k // 3
+        data = data.replace(b"\n\n\n", b"\n\n")
     return data.strip(b" \n")
 
 

@@ -68,6 +68,15 @@ def test_canonical_fast_paths_equal_the_specification(text: str) -> None:
     assert canonical(text) == spec_canonical(text)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" \n\r\ta")), max_size=40))
+def test_whitespace_folding_equals_the_specification(text: str) -> None:
+    """Runs of spaces and newlines in every arrangement: the byte-level folding (replace, not regex)
+    against the regex statement of the rule."""
+    assert canonical(text) == spec_canonical(text)
+    assert canonical(text + "é") == spec_canonical(text + "é")  # the non-ASCII path folds the same way
+
+
 _TRICKY = list("aZé ß\t\n\r\u00a0\u200b\u00ad\ufeff\u034f\u200e\u180e\u2061\u0301\u0345\u1160ᄀ가ſΣ\u0130ﬁ.")
 
 
