@@ -28,7 +28,7 @@ from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
 from pydantic_core import PydanticUndefined
 
-__all__ = ["POSTPROCESS_HOOK", "build_text_nodes", "related_node_info", "shallow_copy"]
+__all__ = ["POSTPROCESS_HOOK", "build_text_nodes", "private", "related_node_info", "shallow_copy"]
 
 #: The NodeParser method that get_nodes_from_documents calls on the parsed nodes.
 POSTPROCESS_HOOK = "_postprocess_parsed_nodes"
@@ -153,15 +153,27 @@ def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
 
     ``update`` must hold valid values of declared fields (the caller built them with the field's type).
     """
-    cls = type(model)
-    new = cls.__new__(cls)
-    state = dict(model.__dict__)
+    new = _new(type(model))  # BaseModel has no __new__ of its own
+    state = model.__dict__.copy()
     state.update(update)
-    set_attr = object.__setattr__
-    set_attr(new, "__dict__", state)
+    _set_attr(new, "__dict__", state)
     extra = model.__pydantic_extra__
-    set_attr(new, "__pydantic_extra__", None if extra is None else dict(extra))
-    set_attr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
-    private = getattr(model, "__pydantic_private__", None)
-    set_attr(new, "__pydantic_private__", None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
+    _set_attr(new, "__pydantic_extra__", None if extra is None else dict(extra))
+    _set_attr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    private = model.__pydantic_private__
+    _set_attr(new, "__pydantic_private__", None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
     return new
+
+
+_new = object.__new__
+_set_attr = object.__setattr__
+
+
+def private(model: BaseModel, name: str) -> Any:
+    """``getattr(model, name)`` for a pydantic private attribute, read from ``__pydantic_private__``:
+    pydantic (and LlamaIndex's ``BaseComponent``) resolve a private attribute through ``__getattr__``,
+    which costs several microseconds per read on a query's path."""
+    values = model.__pydantic_private__
+    if values is None or name not in values:
+        return getattr(model, name)
+    return values[name]
