@@ -393,7 +393,7 @@ def _small_matrix(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     at = np.flatnonzero(first)
     as_bytes = masks[at[:-1]].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
     held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
-    inter = (held.T * np.diff(at)) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
+    inter = (held.T * (at[1:] - at[:-1])) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
     sizes = inter.diagonal()
     if not sizes.all():
         return _jaccard(sizes.copy(), inter)
@@ -504,18 +504,21 @@ class TextSimilarity:
         """
         k = len(texts)
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
+        if not k:
+            return np.zeros((0, 0), dtype=np.float64)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
             fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
             hashes, counts = _set_values(*shingle_stream(fresh, ngram))
             if capacity:
                 self._cache.put_many(ngram, fresh, hashes, counts, capacity)
-            ends = np.cumsum(counts).tolist()
-            computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
-            known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
-        if not k:
-            return np.zeros((0, 0), dtype=np.float64)
-        hashes = np.concatenate(known)  # type: ignore[arg-type]
-        counts = np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
+            if len(fresh) < k:  # remembered texts or repeats among them: lay all k sets end to end
+                ends = np.cumsum(counts).tolist()
+                computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
+                known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
+                complete = True
+        if complete:
+            hashes = np.concatenate(known)  # type: ignore[arg-type]
+            counts = np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
         if 1 < k <= 64 and len(hashes):
             return _small_matrix(hashes, counts)
         return _jaccard(*_pair_counts(hashes, counts))

@@ -9,8 +9,9 @@ naming what is missing), and ``tests/llama_index/test_chunking.py`` holds the no
 to ``TextNode(**node.model_dump())`` and to their JSON round trip (``tests/llama_index/test_nodes.py``
 tests the door itself), so a pydantic or LlamaIndex upgrade that changes them fails loudly.
 
-:func:`shallow_copy` is ``model.model_copy(update=...)`` by the same writes, for the postprocessor's
-copies of the nodes that absorbed others (a query returns about ten of them, two copies each).
+:func:`shallow_copy` (:mod:`rag_dedup._pydantic`'s, shared with the LangChain adapter) is
+``model.model_copy(update=...)`` by the same writes, for the postprocessor's copies of the nodes that
+absorbed others; :func:`private` reads a private attribute without pydantic's ``__getattr__``.
 
 LlamaIndex's ``NodeParser._postprocess_parsed_nodes`` is the hook ``SentenceChunker`` overrides (the
 base class would re-derive offsets with ``str.find``); :data:`POSTPROCESS_HOOK` names it and the
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from llama_index.core.node_parser.interface import NodeParser
 from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
-from pydantic_core import PydanticUndefined
+
+from rag_dedup._pydantic import shallow_copy
 
 __all__ = ["POSTPROCESS_HOOK", "build_text_nodes", "private", "related_node_info", "shallow_copy"]
 
@@ -142,31 +144,6 @@ def related_node_info(node: BaseNode) -> RelatedNodeInfo:
     return RelatedNodeInfo.model_construct(
         node_id=node.id_, node_type=TextNode.get_type(), metadata=dict(node.metadata), hash=node.hash
     )
-
-
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
-    """``model.model_copy(update=update)``, the same object (fields, fields set, extra and private
-    attributes copied shallowly, ``update`` applied without validation), in a third of the time.
-
-    ``update`` must hold valid values of declared fields (the caller built them with the field's type).
-    """
-    new = _new(type(model))  # BaseModel has no __new__ of its own
-    state = model.__dict__.copy()
-    state.update(update)
-    _set_attr(new, "__dict__", state)
-    extra = model.__pydantic_extra__
-    _set_attr(new, "__pydantic_extra__", None if extra is None else dict(extra))
-    _set_attr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
-    private = model.__pydantic_private__
-    _set_attr(new, "__pydantic_private__", None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
-    return new
-
-
-_new = object.__new__
-_set_attr = object.__setattr__
 
 
 def private(model: BaseModel, name: str) -> Any:
