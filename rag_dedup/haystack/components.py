@@ -316,7 +316,8 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
                 meta = doc.meta
                 keys.append(doc.id)
                 texts.append(doc.content if isinstance(doc.content, str) else None)
-                scores.append(_score(doc))
+                score = doc.score
+                scores.append(score if type(score) is float and score - score == 0.0 else _score(doc))  # finite
                 cluster = meta.get(DEDUP_CLUSTER)
                 stamps.append(cluster if isinstance(cluster, str) else None)
                 source = meta.get("source_id", meta.get(self.source_key))

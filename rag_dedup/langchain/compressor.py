@@ -79,13 +79,15 @@ def collapse_documents(
         keys, texts, scores, stamps, sources = [], [], [], [], []
         for doc in documents:
             meta = doc.metadata
-            keys.append(document_key(doc))
-            texts.append(doc.page_content if isinstance(doc.page_content, str) else None)
-            scores.append(_score(meta))
+            key = doc.id
+            keys.append(key if type(key) is str and key else document_key(doc))  # document_key's first case, inlined
+            text = doc.page_content
+            texts.append(text if type(text) is str or isinstance(text, str) else None)
+            scores.append(None if meta.get("score") is None else _score(meta))  # _score's first case, inlined
             cluster = meta.get(DEDUP_CLUSTER)
-            stamps.append(cluster if isinstance(cluster, str) else None)
+            stamps.append(cluster if type(cluster) is str or isinstance(cluster, str) else None)
             source = meta.get(source_key)
-            sources.append(source if isinstance(source, str) else None)
+            sources.append(source if type(source) is str or isinstance(source, str) else None)
         kept = collapser.collapse_columns(keys, texts, scores, stamps, top_n, sources)
     return [_survivor(k, documents, source_key) for k in kept]
 
