@@ -138,10 +138,10 @@ class _Group:
 
 
 def _row_masks(matrix: np.ndarray) -> list[int]:
-    """Row ``i`` of a square boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
-    k = len(matrix)
-    if k <= 53:  # one float product: the sums of distinct powers of two below 2**53 are exact
-        return (matrix @ _POWERS_OF_TWO[:k]).astype(np.int64).tolist()
+    """Row ``i`` of a boolean matrix as the Python int whose bit ``j`` is ``matrix[i, j]``."""
+    width = matrix.shape[1]
+    if width <= 53:  # one float product: the sums of distinct powers of two below 2**53 are exact
+        return (matrix @ _POWERS_OF_TWO[:width]).astype(np.int64).tolist()
     packed = np.packbits(matrix, axis=1, bitorder="little")
     return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
@@ -283,82 +283,106 @@ class Collapser:
         passages: Sequence[Passage] | None,
         top_n: int | None,
     ) -> list[Kept]:
+        n = len(keys)
         texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
-        text_pos = [i for i, t in enumerate(texts) if t is not None]
-        for i in text_pos:
-            check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
-        if len(text_pos) == len(keys):
-            clusters = self._clusters(keys, stamps)
-        else:
-            clusters = [None] * len(keys)
+        if None in texts:  # some pass through (no text, or blank): the others are read by their rows
+            text_pos = [i for i, t in enumerate(texts) if t is not None]
+            present: list[str] = [texts[i] for i in text_pos]  # type: ignore[misc]
+            clusters: list[str | None] = [None] * n
             for i, c in zip(text_pos, self._clusters([keys[i] for i in text_pos], [stamps[i] for i in text_pos])):
                 clusters[i] = c
+        else:
+            text_pos = list(range(n))
+            present = texts  # type: ignore[assignment]
+            clusters = self._clusters(keys, stamps)
+        if not all(map(str.isascii, present)):  # check_unicode's own fast path, for all texts at once
+            for i in text_pos:
+                check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
 
         trust = self.trust_clusters
         sim: np.ndarray | None = None
         near: list[int] = []  # near[a]: bit b set when texts a and b are within the threshold
         close: list[int] = []  # close[a]: bit b set when texts a and b are within the floor
-        slot: list[int] = [-1] * len(keys)  # position -> row of its text in `sim`
-        if len(text_pos) > 1 and (not trust or any(clusters[i] is None for i in text_pos)):
-            sim = self.similarity.matrix([texts[i] for i in text_pos], self.ngram, self.cache_size)  # type: ignore[misc]
-            near = _row_masks(sim >= self.threshold)
-            close = near if trust or self.floor == self.threshold else _row_masks(sim >= self.floor)
-            for a, i in enumerate(text_pos):
-                slot[i] = a
+        rows = len(text_pos)
+        if rows > 1 and (not trust or None in clusters):
+            sim = self.similarity.matrix(present, self.ngram, self.cache_size)
+            if trust or self.floor == self.threshold:
+                near = close = _row_masks(sim >= self.threshold)
+            else:  # both levels in one product
+                levels = np.empty((2 * rows, rows), dtype=bool)
+                np.greater_equal(sim, self.threshold, out=levels[:rows])
+                np.greater_equal(sim, self.floor, out=levels[rows:])
+                near = _row_masks(levels)
+                close = near[rows:]
+        slot = text_pos if rows == n else {i: a for a, i in enumerate(text_pos)}  # position -> row in `sim`
 
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
         order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
-        nan_last = len(order) < len(text_pos)
+        nan_last = len(order) < rows
         if nan_last:
             order += [i for i in text_pos if scores[i] != scores[i]]
-        groups: list[_Group] = []  # kept passages with text
-        by_cluster: dict[str, _Group] = {}  # trusted: the first kept group of each cluster
-        cluster_rows: dict[str, int] = {}  # bits: rows of the kept groups of each cluster
-        group_of_row: dict[int, _Group] = {}
-        kept_rows = 0  # bits: rows of the kept groups
-        kept_free = 0  # bits: rows of the kept groups without a cluster
+        # The kept passages with text (positions), and the folds of each, made when it gets its first.
+        kept_pos: list[int] = []
+        folds: dict[int, list[Fold]] = {}
+        by_cluster: dict[str, int] = {}  # trusted: the first kept passage of each cluster
+        cluster_rows: dict[str, int] = {}  # checked: bits: rows of the kept passages of each cluster
+        kept_rows = 0  # bits: rows of the kept passages
+        kept_free = 0  # bits: rows of the kept passages without a cluster
+        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
         for i in order:
             cluster = clusters[i]
-            a = slot[i]
-            target: _Group | None = None
-            reason, similarity = "", None
+            target = -1
             if trust and cluster is not None and cluster in by_cluster:
-                target, reason = by_cluster[cluster], "cluster"
+                target, reason, similarity = by_cluster[cluster], "cluster", None
             elif sim is not None:
+                a = slot[i]
                 # Trusted: two clustered passages of different clusters were compared at ingest.
                 hits = near[a] & (kept_free if trust and cluster is not None else kept_rows)
                 if cluster is not None and cluster in cluster_rows:
                     hits |= close[a] & cluster_rows[cluster]
                 if hits:
                     b = (hits & -hits).bit_length() - 1  # the lowest row: the first kept passage
-                    target, s = group_of_row[b], float(sim[a, b])
-                    if cluster is not None and target.cluster == cluster:
+                    target = text_pos[b]
+                    s = sim.item(a, b)
+                    if cluster is not None and clusters[target] == cluster:
                         reason = "cluster"
                     else:
                         reason = "exact" if s >= 1.0 else "near"
                     similarity = round(s, 4)
-            if target is None:
-                group = _Group(i, scores[i], cluster)
-                groups.append(group)
+            if target < 0:
+                kept_pos.append(i)
                 if cluster is not None:
-                    by_cluster.setdefault(cluster, group)
+                    by_cluster.setdefault(cluster, i)
                 if sim is not None:
-                    group_of_row[a] = group
-                    kept_rows |= 1 << a
+                    bit = 1 << slot[i]
+                    kept_rows |= bit
                     if cluster is None:
-                        kept_free |= 1 << a
+                        kept_free |= bit
                     elif not trust:
-                        cluster_rows[cluster] = cluster_rows.get(cluster, 0) | 1 << a
+                        cluster_rows[cluster] = cluster_rows.get(cluster, 0) | bit
             else:
-                target.folded.append(Fold(i, keys[i], sources[i] if sources else None, scores[i], reason, similarity))
+                entry = fold(Fold, (i, keys[i], sources[i] if sources else None, scores[i], reason, similarity))
+                if target in folds:
+                    folds[target].append(entry)
+                else:
+                    folds[target] = [entry]
 
         if nan_last:  # back to input order
-            groups.sort(key=lambda g: g.position)
+            kept_pos.sort()
         if self.merge_overlaps and passages is not None:
+            groups = []
+            for i in kept_pos:
+                group = _Group(i, scores[i], clusters[i])
+                group.folded = folds.get(i, [])
+                groups.append(group)
             kept = _merge_overlaps(groups, passages)
         else:
-            kept = [_kept(g) for g in groups]
-        if len(text_pos) < len(keys):
+            new, empty = tuple.__new__, ()
+            kept = [
+                new(Kept, (i, tuple(folds[i]) if i in folds else empty, scores[i], clusters[i], None, None, None))
+                for i in kept_pos
+            ]
+        if rows < n:
             kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
             kept.sort(key=lambda k: k.position)
         return kept if top_n is None else _first(kept, texts_in, top_n)

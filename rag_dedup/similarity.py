@@ -341,6 +341,7 @@ _SET_NUMBERS = np.arange(64, dtype=np.uint64)
 # a set number below 64 can be ORed into the free bits and all sets sorted together by one merge.
 _SET_BITS = np.uint64(6)
 _SET_LOW = np.uint64(63)
+_ONE = np.uint64(1)
 
 
 def _set_values(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -375,6 +376,7 @@ def _small_matrix(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     them). The set numbers ORed into those bits, one merge of the sorted runs puts each value's sets in
     one run; each run becomes the bit mask of the sets holding it, and the ``D`` distinct masks with their
     counts give ``Bᵀ diag(count) B`` as in :func:`_shared_counts`, whose diagonal is each set's size.
+    ``J = |A ∩ B| / (|A| + |B| - |A ∩ B|)`` is then divided as :func:`_jaccard` divides it.
     """
     n = len(counts)
     keys = values | np.repeat(_SET_NUMBERS[:n], counts)
@@ -383,19 +385,21 @@ def _small_matrix(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     new_run = np.empty(len(keys), dtype=bool)
     new_run[0] = True
     np.not_equal(shared[1:], shared[:-1], out=new_run[1:])
-    masks = np.bitwise_or.reduceat(_BITS[keys & _SET_LOW], np.flatnonzero(new_run))
+    masks = np.bitwise_or.reduceat(np.left_shift(_ONE, keys & _SET_LOW), np.flatnonzero(new_run))
     masks.sort()
-    first = np.empty(len(masks), dtype=bool)
-    first[0] = True
-    np.not_equal(masks[1:], masks[:-1], out=first[1:])
+    first = np.empty(len(masks) + 1, dtype=bool)  # first[i]: masks[i] starts a run of equal masks; and an end
+    first[0] = first[-1] = True
+    np.not_equal(masks[1:], masks[:-1], out=first[1:-1])
     at = np.flatnonzero(first)
-    weight = np.empty(len(at), dtype=np.float64)  # run lengths of equal masks
-    np.subtract(at[1:], at[:-1], out=weight[:-1])
-    weight[-1] = len(masks) - at[-1]
-    as_bytes = masks[at].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
+    as_bytes = masks[at[:-1]].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)  # byte 0: sets 0-7
     held = np.unpackbits(as_bytes, axis=1, count=n, bitorder="little").astype(np.float64)
-    inter = (held.T * weight) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
-    return _jaccard(inter.diagonal().copy(), inter)
+    inter = (held.T * (at[1:] - at[:-1])) @ held  # exact: integer sums far below 2**53; the diagonal: the sizes
+    sizes = inter.diagonal()
+    if not sizes.all():
+        return _jaccard(sizes.copy(), inter)
+    union = sizes[:, None] + sizes[None, :]
+    union -= inter
+    return np.divide(inter, union, out=union)
 
 
 def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
@@ -414,44 +418,52 @@ def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
 
 
 class _ShingleCache:
-    """The shingle hashes of recently seen texts, keyed by ``(ngram, text)``, oldest evicted first.
+    """The shingle hashes of recently seen texts, per ``ngram`` keyed by the text, oldest evicted first.
 
-    An entry is ``(values, start, stop)``: the text's shingle set is ``values[start:stop]`` of the batch
-    it was hashed in, in :func:`_set_values` form (sorted, unique, low 6 bits clear: ready to merge) (a tuple costs less to make than an array view, and the cold path makes 30 of
-    them per query). One object behind one private attribute: pydantic resolves each private
-    attribute access through ``__getattr__``, which costs about as much as a numpy call.
+    An entry is the text's shingle set as its own array, in :func:`_set_values` form (sorted, unique,
+    low 6 bits clear: ready to merge), a view made once when it is stored, so a warm query only looks
+    its texts up. One object behind one private attribute: pydantic resolves each private attribute
+    access through ``__getattr__``, which costs about as much as a numpy call.
     """
 
-    __slots__ = ("entries", "lock")
+    __slots__ = ("by_ngram", "lock")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[int, str], tuple[np.ndarray, int, int]] = {}
+        self.by_ngram: dict[int, dict[str, np.ndarray]] = {}
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return sum(map(len, self.by_ngram.values()))
 
-    def get_many(self, ngram: int, texts: list[str]) -> list[tuple[np.ndarray, int, int] | None]:
+    def get_many(self, ngram: int, texts: Sequence[str]) -> tuple[list[np.ndarray | None], bool]:
+        """Each text's entry (``None``: not remembered), and whether all of them are remembered."""
+        entries = self.by_ngram.get(ngram)
+        if entries is None:
+            return [None] * len(texts), not texts
         with self.lock:
-            get = self.entries.get
-            return [get((ngram, t)) for t in texts]
+            return list(map(entries.get, texts)), all(map(entries.__contains__, texts))
 
     def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
-        """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i."""
+        """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i; then
+        evict the oldest entries beyond ``capacity`` (of this ``ngram`` first)."""
         stop = 0
         with self.lock:
-            entries = self.entries
+            entries = self.by_ngram.setdefault(ngram, {})
             for text, count in zip(texts, counts.tolist()):
-                entries[(ngram, text)] = (hashes, stop, stop + count)
+                entries[text] = hashes[stop : stop + count]
                 stop += count
-            excess = len(entries) - capacity
-            if excess > 0:
-                for key in list(itertools.islice(entries, excess)):
-                    del entries[key]  # the oldest first: dicts keep insertion order
+            excess = len(self) - capacity
+            for evicted in (entries, *self.by_ngram.values()):
+                if excess <= 0:
+                    break
+                drop = list(itertools.islice(evicted, excess))  # the oldest first: dicts keep insertion order
+                for key in drop:
+                    del evicted[key]
+                excess -= len(drop)
 
     def clear(self) -> None:
         with self.lock:
-            self.entries.clear()
+            self.by_ngram.clear()
 
 
 class TextSimilarity:
@@ -483,46 +495,30 @@ class TextSimilarity:
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
 
-        The diagonal is 1.0, or 0.0 for a text without shingles. Equal texts share a row, so exact
-        copies are shingled once. The texts not remembered from earlier calls are shingled together
-        in one pass (:func:`~rag_dedup.shingles.shingle_stream`), and the shingles of all of them
-        are sorted together once (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`):
-        a constant number of numpy calls per call, whatever the number of texts, where per-text calls
-        cost more than the work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
+        The diagonal is 1.0, or 0.0 for a text without shingles. The texts not remembered from earlier
+        calls are shingled together in one pass (:func:`~rag_dedup.shingles.shingle_stream`), each
+        distinct text once, and the shingles of all texts are sorted together once
+        (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`): a constant number of
+        numpy calls per call, whatever the number of texts, where per-text calls cost more than the
+        work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
         """
-        row_of: dict[str, int] = {}
-        rows = [row_of.setdefault(t, len(row_of)) for t in texts]
-        unique = list(row_of)
-        cache = self._cache if capacity else None
-        known = cache.get_many(ngram, unique) if cache is not None else [None] * len(unique)
-        fresh = [t for t, entry in zip(unique, known) if entry is None]
-        if not unique:
-            hashes, counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-        elif not fresh:  # all remembered (a warm query): their hashes end to end, row order
-            parts = [entry[0][entry[1] : entry[2]] for entry in known]  # type: ignore[index]
-            hashes = np.concatenate(parts)
-            counts = np.fromiter([entry[2] - entry[1] for entry in known], dtype=np.int64, count=len(known))  # type: ignore[index]
-        else:
+        k = len(texts)
+        known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
+        if not k:
+            return np.zeros((0, 0), dtype=np.float64)
+        if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
+            fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
             hashes, counts = _set_values(*shingle_stream(fresh, ngram))
-            if cache is not None:
-                cache.put_many(ngram, fresh, hashes, counts, capacity)
-        if 0 < len(fresh) < len(unique):  # some remembered: lay all texts' hashes end to end, row order
-            ends = np.cumsum(counts).tolist()
-            computed = iter(zip(ends, counts.tolist()))
-            parts = []
-            for entry in known:
-                if entry is None:
-                    stop, count = next(computed)
-                    parts.append(hashes[stop - count : stop])
-                else:
-                    parts.append(entry[0][entry[1] : entry[2]])
-            hashes = np.concatenate(parts)
-            counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-        if 1 < len(counts) <= 64 and len(hashes):
-            sim = _small_matrix(hashes, counts)
-        else:
-            sim = _jaccard(*_pair_counts(hashes, counts))
-        if len(unique) < len(texts):
-            index = np.array(rows, dtype=np.intp)
-            sim = sim.take(index, axis=0).take(index, axis=1)
-        return sim
+            if capacity:
+                self._cache.put_many(ngram, fresh, hashes, counts, capacity)
+            if len(fresh) < k:  # remembered texts or repeats among them: lay all k sets end to end
+                ends = np.cumsum(counts).tolist()
+                computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
+                known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
+                complete = True
+        if complete:
+            hashes = np.concatenate(known)  # type: ignore[arg-type]
+            counts = np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
+        if 1 < k <= 64 and len(hashes):
+            return _small_matrix(hashes, counts)
+        return _jaccard(*_pair_counts(hashes, counts))

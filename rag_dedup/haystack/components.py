@@ -179,6 +179,8 @@ class DocumentDeduplicator:
 
 def _score(doc: Document) -> float | None:
     """The document's score when it is a finite number, else None."""
+    if type(doc.score) is float:
+        return doc.score if math.isfinite(doc.score) else None
     return doc.score if isinstance(doc.score, (int, float)) and math.isfinite(doc.score) else None
 
 
@@ -209,9 +211,29 @@ def _survivor(kept: Kept, documents: list[Document]) -> Document:
     )
     meta = {**doc.meta, DEDUP_COLLAPSED: entries}
     if kept.text is None:
-        return dataclasses.replace(doc, meta=meta)
+        return _with_meta(doc, meta)
     meta["split_idx_start"] = kept.start
     return dataclasses.replace(doc, content=kept.text, meta=meta, score=kept.score)
+
+
+def _with_meta(doc: Document, meta: dict[str, Any]) -> Document:
+    """``dataclasses.replace(doc, meta=meta)``: the same Document, its other fields shared, in a tenth of
+    the time. ``replace`` runs ``__init__`` and ``__post_init__`` again, which change nothing for a
+    Document whose id is set, whose content is a string or None and whose embedding is a list or None
+    (the id is kept, there is nothing to convert); any other goes through ``replace``."""
+    embedding = doc.embedding
+    if (
+        type(doc) is not Document
+        or not doc.id
+        or not (doc.content is None or type(doc.content) is str)
+        or not (embedding is None or type(embedding) is list)
+    ):
+        return dataclasses.replace(doc, meta=meta)
+    new = object.__new__(Document)
+    state = new.__dict__
+    state.update(doc.__dict__)
+    state["meta"] = meta
+    return new
 
 
 @component
@@ -294,7 +316,8 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
                 meta = doc.meta
                 keys.append(doc.id)
                 texts.append(doc.content if isinstance(doc.content, str) else None)
-                scores.append(_score(doc))
+                score = doc.score
+                scores.append(score if type(score) is float and score - score == 0.0 else _score(doc))  # finite
                 cluster = meta.get(DEDUP_CLUSTER)
                 stamps.append(cluster if isinstance(cluster, str) else None)
                 source = meta.get("source_id", meta.get(self.source_key))

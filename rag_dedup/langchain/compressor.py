@@ -26,6 +26,7 @@ from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from rag_dedup._pydantic import shallow_copy
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
@@ -56,6 +57,8 @@ def _passage(doc: Document, source_key: str) -> Passage:
 def _score(meta: dict[str, Any]) -> float | None:
     """``metadata["score"]`` when it is a finite number, else None."""
     score = meta.get("score")
+    if score is None:
+        return None
     return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score) else None
 
 
@@ -76,13 +79,15 @@ def collapse_documents(
         keys, texts, scores, stamps, sources = [], [], [], [], []
         for doc in documents:
             meta = doc.metadata
-            keys.append(document_key(doc))
-            texts.append(doc.page_content if isinstance(doc.page_content, str) else None)
-            scores.append(_score(meta))
+            key = doc.id
+            keys.append(key if type(key) is str and key else document_key(doc))  # document_key's first case, inlined
+            text = doc.page_content
+            texts.append(text if type(text) is str or isinstance(text, str) else None)
+            scores.append(None if meta.get("score") is None else _score(meta))  # _score's first case, inlined
             cluster = meta.get(DEDUP_CLUSTER)
-            stamps.append(cluster if isinstance(cluster, str) else None)
+            stamps.append(cluster if type(cluster) is str or isinstance(cluster, str) else None)
             source = meta.get(source_key)
-            sources.append(source if isinstance(source, str) else None)
+            sources.append(source if type(source) is str or isinstance(source, str) else None)
         kept = collapser.collapse_columns(keys, texts, scores, stamps, top_n, sources)
     return [_survivor(k, documents, source_key) for k in kept]
 
@@ -96,7 +101,7 @@ def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Doc
     )
     metadata = {**doc.metadata, DEDUP_COLLAPSED: entries}
     if kept.text is None:
-        return doc.model_copy(update={"metadata": metadata})
+        return shallow_copy(doc, {"metadata": metadata})  # doc.model_copy(update=...), faster
     metadata["start_index"] = kept.start
     return doc.model_copy(update={"metadata": metadata, "page_content": kept.text})
 

@@ -9,8 +9,9 @@ naming what is missing), and ``tests/llama_index/test_chunking.py`` holds the no
 to ``TextNode(**node.model_dump())`` and to their JSON round trip (``tests/llama_index/test_nodes.py``
 tests the door itself), so a pydantic or LlamaIndex upgrade that changes them fails loudly.
 
-:func:`shallow_copy` is ``model.model_copy(update=...)`` by the same writes, for the postprocessor's
-copies of the nodes that absorbed others (a query returns about ten of them, two copies each).
+:func:`shallow_copy` (:mod:`rag_dedup._pydantic`'s, shared with the LangChain adapter) is
+``model.model_copy(update=...)`` by the same writes, for the postprocessor's copies of the nodes that
+absorbed others; :func:`private` reads a private attribute without pydantic's ``__getattr__``.
 
 LlamaIndex's ``NodeParser._postprocess_parsed_nodes`` is the hook ``SentenceChunker`` overrides (the
 base class would re-derive offsets with ``str.find``); :data:`POSTPROCESS_HOOK` names it and the
@@ -21,14 +22,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from llama_index.core.node_parser.interface import NodeParser
 from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
-from pydantic_core import PydanticUndefined
 
-__all__ = ["POSTPROCESS_HOOK", "build_text_nodes", "related_node_info", "shallow_copy"]
+from rag_dedup._pydantic import shallow_copy
+
+__all__ = ["POSTPROCESS_HOOK", "build_text_nodes", "private", "related_node_info", "shallow_copy"]
 
 #: The NodeParser method that get_nodes_from_documents calls on the parsed nodes.
 POSTPROCESS_HOOK = "_postprocess_parsed_nodes"
@@ -144,24 +146,11 @@ def related_node_info(node: BaseNode) -> RelatedNodeInfo:
     )
 
 
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
-    """``model.model_copy(update=update)``, the same object (fields, fields set, extra and private
-    attributes copied shallowly, ``update`` applied without validation), in a third of the time.
-
-    ``update`` must hold valid values of declared fields (the caller built them with the field's type).
-    """
-    cls = type(model)
-    new = cls.__new__(cls)
-    state = dict(model.__dict__)
-    state.update(update)
-    set_attr = object.__setattr__
-    set_attr(new, "__dict__", state)
-    extra = model.__pydantic_extra__
-    set_attr(new, "__pydantic_extra__", None if extra is None else dict(extra))
-    set_attr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
-    private = getattr(model, "__pydantic_private__", None)
-    set_attr(new, "__pydantic_private__", None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
-    return new
+def private(model: BaseModel, name: str) -> Any:
+    """``getattr(model, name)`` for a pydantic private attribute, read from ``__pydantic_private__``:
+    pydantic (and LlamaIndex's ``BaseComponent``) resolve a private attribute through ``__getattr__``,
+    which costs several microseconds per read on a query's path."""
+    values = model.__pydantic_private__
+    if values is None or name not in values:
+        return getattr(model, name)
+    return values[name]

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llama_index.core.schema import BaseNode, ImageNode, Node, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, Node, NodeRelationship, RelatedNodeInfo, TextNode
 
 from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, DEDUP_KEYS, STAMP_KEYS
 
@@ -47,6 +47,7 @@ __all__ = [
     "dedup_text",
     "hide_keys",
     "read_cluster",
+    "ref_doc_id",
     "source_of",
     "stamp_node",
 ]
@@ -112,11 +113,30 @@ def dedup_text(node: BaseNode) -> str | None:
     return text
 
 
+def ref_doc_id(node: BaseNode) -> str | None:
+    """``node.ref_doc_id``: the node id of its SOURCE relationship, or ``None``.
+
+    Read straight from ``relationships`` for a ``TextNode`` (the property walks ``source_node``, two
+    Python-level property calls, for every node folded at query time); any other node type, or a SOURCE
+    that is not one ``RelatedNodeInfo``, goes through the property (and its error for a list).
+    """
+    if type(node) is TextNode:
+        relation = node.relationships.get(_SOURCE)
+        if relation is None:
+            return None
+        if type(relation) is RelatedNodeInfo:
+            return relation.node_id
+    return node.ref_doc_id
+
+
+_SOURCE = NodeRelationship.SOURCE
+
+
 def collapsed_entry(node: BaseNode, score: float | None, reason: str, similarity: float | None) -> dict[str, Any]:
     """One ``dedup_collapsed`` entry: which node was folded, from which document, and why."""
     return {
-        "node_id": node.node_id,
-        "ref_doc_id": node.ref_doc_id,
+        "node_id": node.id_ if type(node) is TextNode else node.node_id,
+        "ref_doc_id": ref_doc_id(node),
         "score": score,
         "reason": reason,
         "similarity": similarity,

@@ -46,7 +46,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
-from rag_dedup.llama_index._nodes import shallow_copy
+from rag_dedup.llama_index._nodes import private, shallow_copy
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
@@ -203,7 +203,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
     def _collapser(self) -> Collapser:
         """The core's collapse for the current settings, made anew only when a setting was assigned."""
         settings = (self.threshold, self.floor, self.ngram, self.trust_clusters, self.merge_overlaps, self.cache_size)
-        made = self._made
+        made = private(self, "_made")
         if made is not None and made[0] == settings:
             return made[1]
         collapser = Collapser(
@@ -256,7 +256,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
             if texts[kept.position] is None or not (kept.folded or show_representative):
                 out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
                 continue
-            folded = _entries(nws.node)
+            own = nws.node.metadata.get(DEDUP_COLLAPSED)
+            folded = [] if own is None else _entries(nws.node)
             for f in kept.folded:
                 node = nodes[f.position].node
                 folded.append(collapsed_entry(node, f.score, f.reason, f.similarity))
@@ -322,14 +323,12 @@ def _annotated(
     """A copy of ``shown`` whose node (a copy too) carries ``dedup_collapsed`` (hidden from embed and LLM
     text), with ``update`` applied to the node. Shallow copies, as pydantic's ``model_copy`` makes them
     (:func:`~rag_dedup.llama_index._nodes.shallow_copy`): the node's other fields are shared with the
-    caller's node, and never written to."""
+    caller's node, and never written to (the metadata and the two excluded-keys lists are new)."""
     node = shown.node
-    hidden = {
-        name: [*keys, DEDUP_COLLAPSED] if DEDUP_COLLAPSED not in keys else list(keys)
-        for name, keys in (
-            ("excluded_embed_metadata_keys", node.excluded_embed_metadata_keys),
-            ("excluded_llm_metadata_keys", node.excluded_llm_metadata_keys),
-        )
-    }
-    copy = shallow_copy(node, {**update, **hidden, "metadata": {**node.metadata, DEDUP_COLLAPSED: folded}})
-    return shallow_copy(shown, {"node": copy, "score": score})
+    embed, llm = node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys
+    metadata = node.metadata.copy()
+    metadata[DEDUP_COLLAPSED] = folded
+    update["metadata"] = metadata
+    update["excluded_embed_metadata_keys"] = embed.copy() if DEDUP_COLLAPSED in embed else [*embed, DEDUP_COLLAPSED]
+    update["excluded_llm_metadata_keys"] = llm.copy() if DEDUP_COLLAPSED in llm else [*llm, DEDUP_COLLAPSED]
+    return shallow_copy(shown, {"node": shallow_copy(node, update), "score": score})

@@ -224,3 +224,26 @@ def test_query_pipeline_round_trips_through_yaml(store: InMemoryDocumentStore) -
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["rag_dedup.haystack"])
     for name in ("chunker", "collapse"):
         assert loaded.get_component(name).to_dict() == pipeline.get_component(name).to_dict()
+
+
+def test_the_collapsers_copies_equal_dataclasses_replace() -> None:
+    """The collapser's copy of a keeper (components._with_meta) against dataclasses.replace: equal
+    documents, every field the same, the input unchanged; documents that replace would change (no id,
+    an ndarray embedding) go through replace itself."""
+    import dataclasses
+
+    import numpy as np
+
+    from rag_dedup.haystack.components import _with_meta
+
+    meta = {"file_path": "f", DEDUP_COLLAPSED: [{"id": "b"}]}
+    for doc in (
+        Document(content="Permission is hereby granted", meta={"file_path": "f"}, score=1.5, embedding=[0.1, 0.2]),
+        Document(content=None, id="x"),
+    ):
+        ours, theirs = _with_meta(doc, meta), dataclasses.replace(doc, meta=meta)
+        assert ours == theirs and ours.to_dict() == theirs.to_dict() and ours is not doc
+        assert DEDUP_COLLAPSED not in doc.meta
+    odd = Document(content="text", id="y")
+    object.__setattr__(odd, "embedding", np.array([1.0, 2.0]))
+    assert _with_meta(odd, meta).embedding == [1.0, 2.0]  # converted, as replace converts it

@@ -37,3 +37,18 @@ def test_a_second_pass_keeps_the_first_pass_citations(bm25: BM25Retriever) -> No
     first = {e["id"] for d in once for e in d.metadata.get(DEDUP_COLLAPSED, [])}
     second = {e["id"] for d in twice for e in d.metadata.get(DEDUP_COLLAPSED, [])}
     assert first and first < second
+
+
+def test_the_compressors_copies_equal_model_copy_and_leave_the_input_alone() -> None:
+    """rag_dedup._pydantic.shallow_copy (the compressor's copy of a keeper) against pydantic's model_copy:
+    equal documents, the same fields set, the input unchanged."""
+    from langchain_core.documents import Document
+
+    from rag_dedup._pydantic import shallow_copy
+
+    doc = Document("Permission is hereby granted", id="a", metadata={"source": "s", "dedup_cluster": "a"})
+    update = {"metadata": {**doc.metadata, DEDUP_COLLAPSED: [{"id": "b"}]}}
+    ours, theirs = shallow_copy(doc, update), doc.model_copy(update=update)
+    assert ours == theirs and ours.model_dump() == theirs.model_dump() and type(ours) is Document
+    assert ours.__pydantic_fields_set__ == theirs.__pydantic_fields_set__
+    assert DEDUP_COLLAPSED not in doc.metadata and ours.metadata is not doc.metadata

@@ -760,3 +760,25 @@ def test_shallow_copy_is_model_copy(chunks):
     nws = NodeWithScore(node=node, score=1.5)
     copied = shallow_copy(nws, {"node": ours, "score": 2.0})
     assert copied == nws.model_copy(update={"node": ours, "score": 2.0}) and nws.score == 1.5 and nws.node is node
+
+
+def test_ref_doc_id_and_private_read_what_llama_index_and_pydantic_give(chunks):
+    """The adapter's fast reads (rag_dedup.llama_index.metadata.ref_doc_id, _nodes.private) against the
+    properties they replace: a chunk with a SOURCE, a node without one, a Document, a SOURCE that is a
+    list (the same ValueError), and a private attribute read before and after it is set."""
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo
+
+    from rag_dedup.llama_index._nodes import private
+    from rag_dedup.llama_index.metadata import ref_doc_id
+
+    listed = TextNode(text="x", id_="l")
+    listed.relationships[NodeRelationship.SOURCE] = [RelatedNodeInfo(node_id="a")]
+    for node in (chunks[3], TextNode(text="x", id_="n"), Document(text="d", id_="doc")):
+        assert ref_doc_id(node) == node.ref_doc_id
+    assert chunks[3].ref_doc_id is not None
+    with pytest.raises(ValueError, match="single RelatedNodeInfo"):
+        ref_doc_id(listed)
+    pp = DedupPostprocessor()
+    assert private(pp, "_made") is None is pp._made
+    pp.collapse([NodeWithScore(node=chunks[3], score=1.0)])
+    assert private(pp, "_made") is pp._made is not None
