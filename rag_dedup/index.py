@@ -87,6 +87,10 @@ SHINGLING = "tokens-poly64-fmix64-v3"
 _BATCH = 1024
 _BATCH_SHARE = 16
 _BATCH_MAX = 16384
+# Texts hashed, and shingle sets signed, at a time within a batch: a block's temporaries (word and
+# shingle hashes, the (num_perm, shingles) permutation blocks, uint64 band products) are what the
+# peak memory of add_many pays above the index itself.
+_HASH_BLOCK = 64
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 
@@ -408,9 +412,18 @@ class DedupIndex:
     def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         storage = self.storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
-        all_sets, digests = shingles_and_digests(
-            [item.text for item in items], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
-        )
+        # Hashed a block of texts at a time: the temporaries of hashing stay those of one block.
+        all_sets: list[np.ndarray] = []
+        digests: list[bytes | None] = []
+        for lo in range(0, len(items), _HASH_BLOCK):
+            block_sets, block_digests = shingles_and_digests(
+                [item.text for item in items[lo : lo + _HASH_BLOCK]],
+                self.ngram,
+                ignore_decoration=self.ignore_decoration,
+                short_tokens=self.short_tokens,
+            )
+            all_sets.extend(block_sets)
+            digests.extend(block_digests)
         first: dict[bytes, int] = {}
         for i, d in enumerate(digests):
             if d is not None:
@@ -475,8 +488,15 @@ class DedupIndex:
         return slot.reshape(-1), bucket_rows, bucket_gids
 
     def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        """The ``(len(sets), b)`` band keys of shingle sets, signed ``_HASH_BLOCK`` sets at a time (the
+        signatures and their uint64 products are temporaries of one block, not of the whole batch)."""
         b, r = self.bands
-        return lsh.band_keys(self._hasher.signatures(sets), b, r)
+        if len(sets) <= _HASH_BLOCK:
+            return lsh.band_keys(self._hasher.signatures(sets), b, r)
+        out = np.empty((len(sets), b), dtype=np.uint64)
+        for lo in range(0, len(sets), _HASH_BLOCK):
+            out[lo : lo + _HASH_BLOCK] = lsh.band_keys(self._hasher.signatures(sets[lo : lo + _HASH_BLOCK]), b, r)
+        return out
 
     def _link(
         self,
