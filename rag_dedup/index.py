@@ -91,6 +91,9 @@ _BATCH_MAX = 16384
 # shingle hashes, the (num_perm, shingles) permutation blocks, uint64 band products) are what the
 # peak memory of add_many pays above the index itself.
 _HASH_BLOCK = 64
+# Band keys of the new groups of a batch at most this many: their buckets are looked up by
+# DedupIndex._lookup_few (Python) rather than _lookup_buckets and _buckets (numpy: a fixed cost a call).
+_FEW_KEYS = 256
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 
@@ -457,9 +460,14 @@ class DedupIndex:
             fresh_keys = band_keys[fresh]
             # The buckets of the new groups, each once, with the stored groups in them (asked before the
             # new ones are filed, so a group does not find itself).
-            slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
-            new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
-            buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
+            if fresh_keys.size <= _FEW_KEYS:
+                few = self._lookup_few(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                buckets = [(old, [new_gids[row] for row in rows]) for old, rows in few]
+            else:
+                slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
             new_record = tuple.__new__
             records = {
@@ -486,6 +494,30 @@ class DedupIndex:
         keys, slot = np.unique(band_keys.reshape(-1), return_inverse=True)
         bucket_rows, bucket_gids = self.storage.query_band_pairs(keys[:, None])
         return slot.reshape(-1), bucket_rows, bucket_gids
+
+    def _lookup_few(self, band_keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
+        """:meth:`_lookup_buckets` and :func:`_buckets` in one, for the few rows of one ``add`` or small
+        ``add_many`` (``band_keys.size <= _FEW_KEYS``), in Python rather than a dozen numpy calls.
+
+        Returns the buckets that hold a row of ``band_keys`` and another group (a stored one or another
+        row) as ``(stored gids, rows)``, in the order and with the contents of :func:`_buckets` (by key;
+        rows and stored gids ascending).
+        """
+        width = band_keys.shape[1]
+        rows_of: dict[int, list[int]] = {}
+        for i, key in enumerate(band_keys.reshape(-1).tolist()):
+            rows_of.setdefault(key, []).append(i // width)
+        distinct = sorted(rows_of)
+        found_rows, found_gids = self.storage.query_band_pairs(np.array(distinct, dtype=np.uint64)[:, None])
+        stored: dict[int, list[int]] = {}
+        for k, gid in zip(found_rows.tolist(), found_gids.tolist()):
+            stored.setdefault(k, []).append(gid)
+        out = []
+        for k, key in enumerate(distinct):
+            rows, old = rows_of[key], stored.get(k, [])
+            if len(rows) + len(old) > 1:
+                out.append((old, rows))
+        return out
 
     def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
         """The ``(len(sets), b)`` band keys of shingle sets, signed ``_HASH_BLOCK`` sets at a time (the
