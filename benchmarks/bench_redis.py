@@ -21,7 +21,10 @@ Configurations, for each tree, on the same chunks and (for Redis) a fresh namesp
 
 "Memory per chunk" is the growth of the server's ``used_memory`` over configuration 2, divided by the
 chunks. "Lock held" is the time one process spent inside the storage's write lock (what the second
-worker cannot overlap). On a 2-core machine the server, the two workers and anything else running
+worker cannot overlap). "Cores busy" is the CPU time of configuration 2 (the worker's own
+``process_time`` plus the server's ``used_cpu_user + used_cpu_sys``) over its wall time: two workers
+need twice that, so on a machine of 2 cores the most two processes can give over one is
+``2 / cores busy`` (the ceiling printed beside the measured ratio), before any lock is counted. On a 2-core machine the server, the two workers and anything else running
 share two cores: read the ratios, not the absolute numbers.
 """
 
@@ -119,6 +122,12 @@ def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) 
     return max(r[0] for r in reports) - t0, sum(r[1] for r in reports), sum(r[2] for r in reports), index
 
 
+def server_cpu(client: Any) -> float:
+    """CPU seconds the redis-server process has used (user + system, all its threads: ``INFO cpu``)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     """Every figure of one tree (the one ``rag_dedup`` is imported from)."""
     import redis
@@ -161,9 +170,11 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     storage_type.lock = timed_lock  # type: ignore[method-assign]
     used = client.info("memory")["used_memory"]
     before = one.storage.round_trips
+    server0, cpu0 = server_cpu(client), time.process_time()
     t0 = time.perf_counter()
     one.add_many(items)
     t_one = time.perf_counter() - t0
+    cpu_one, server_one = time.process_time() - cpu0, server_cpu(client) - server0
     storage_type.lock = plain_lock  # type: ignore[method-assign]
     rt_one = one.storage.round_trips - before
     per_chunk = (client.info("memory")["used_memory"] - used) / len(items)
@@ -181,6 +192,8 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
         "t_two": t_two,
         "held": held[0],
         "waited": waited,
+        "cpu_one": cpu_one,
+        "server_one": server_one,
         "rt_one": rt_one,
         "rt_two": rt_two,
         "bytes": per_chunk,
@@ -229,12 +242,20 @@ def main() -> None:
                 proc.wait()
 
     n = this["chunks"]
+
+    def busy(r: dict[str, Any]) -> float:
+        return float(r["cpu_one"] + r["server_one"]) / float(r["t_one"])
+
     rows = [
         ("add_many in memory, 1 process (chunks/s)", n / base["t_mem"], n / this["t_mem"], "{:,.0f}"),
         ("add_many on Redis, 1 process (chunks/s)", n / base["t_one"], n / this["t_one"], "{:,.0f}"),
         ("add_many on Redis, 2 processes (chunks/s)", n / base["t_two"], n / this["t_two"], "{:,.0f}"),
         ("2 processes / 1 process (goal >= 1.6)", base["t_one"] / base["t_two"], this["t_one"] / this["t_two"], "{:.2f}x"),
         ("1 Redis process / memory", base["t_mem"] / base["t_one"], this["t_mem"] / this["t_one"], "{:.2f}x"),
+        ("cores busy, 1 process: (its CPU + server CPU) / wall", busy(base), busy(this), "{:.2f}"),
+        ("  the worker's CPU / wall", base["cpu_one"] / base["t_one"], this["cpu_one"] / this["t_one"], "{:.2f}"),
+        ("  redis-server's CPU / wall", base["server_one"] / base["t_one"], this["server_one"] / this["t_one"], "{:.2f}"),
+        ("ceiling of 2 processes / 1 on 2 cores: 2 / cores busy", 2 / busy(base), 2 / busy(this), "{:.2f}x"),
         ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
         ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
         ("round trips per chunk, 1 process", base["rt_one"] / n, this["rt_one"] / n, "{:.4f}"),
