@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import socket
@@ -234,8 +235,10 @@ def main() -> None:
             info = redis.Redis.from_url(url).info("server")
             print(f"bench_redis: {args.chunks:,} chunks of ~180 words, 20% planted near-duplicates")
             print(f"server: redis {info['redis_version']} at {url.split('@')[-1]}" + ("" if args.url else " (private, loopback, no persistence)"))
+            load = os.getloadavg()[0]
             base = run_child(export_tree(rev, Path(tmp)), url, args.chunks, "base")
             this = run_child(REPO, url, args.chunks, "this")
+            load_after = os.getloadavg()[1]
         finally:
             if proc is not None:
                 proc.terminate()
@@ -265,6 +268,11 @@ def main() -> None:
     print(f"{'figure':<55} {'baseline ' + rev:>18} {'this tree':>14} {'this / baseline':>16}")
     for name, b, t, fmt in rows:
         print(f"{name:<55} {fmt.format(b):>18} {fmt.format(t):>14} {t / b if b else float('nan'):>15.2f}x")
+    print(
+        f"load average: {load:.2f} (1 min) before the runs, {load_after:.2f} (5 min) after; on {os.cpu_count()} cores, "
+        "cores busy below 1 with a load above the core count means the one-process run waited for a core: "
+        "its ceiling is then too high"
+    )
     print(
         "same clusters, representatives and similarities as in memory: "
         f"baseline 1 process {base['same_one']}, 2 processes {base['same_two']}; "

@@ -102,6 +102,9 @@ class BandTable:
         self._runs = [_Run() for _ in range(16)]
         self._buffer: dict[int, list[int]] = {}
         self._buffered = 0
+        # The buffer's entries as arrays too, in insertion order (what a flush merges: concatenated, not
+        # read back out of the dict); None once a delete has taken entries out of the buffer.
+        self._pending: list[tuple[np.ndarray, np.ndarray]] | None = []
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
@@ -118,13 +121,16 @@ class BandTable:
         if keys.size >= self._BUFFER_LIMIT:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
-        values = keys.reshape(-1).tolist()
+        flat = np.array(keys, dtype=np.uint64).reshape(-1)  # a copy: the caller's array may change
+        values = flat.tolist()
         setdefault = self._buffer.setdefault
         for row, gid in enumerate(gids):
             g = int(gid)
             for k in values[row * width : (row + 1) * width]:
                 setdefault(k, []).append(g)
         self._buffered += len(values)
+        if self._pending is not None:
+            self._pending.append((flat, np.repeat(np.asarray(gids, dtype=np.int32), width)))
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
 
@@ -133,6 +139,7 @@ class BandTable:
         self._dead.add(gid)
         self._compacted = set()
         for k in [k for k, gs in self._buffer.items() if gid in gs]:
+            self._pending = None
             gs = [g for g in self._buffer[k] if g != gid]
             self._buffered -= len(self._buffer[k]) - len(gs)
             if gs:
@@ -235,8 +242,7 @@ class BandTable:
         filter, rebuild it (a power of two of at least 8 bits an entry) from every key in them."""
         entries = sum(len(r) for r in self._runs)
         if entries * self._FILTER_BITS_PER_ENTRY <= len(self._filter) * 8:
-            slots = keys & self._filter_mask
-            np.bitwise_or.at(self._filter, slots >> np.uint64(3), _BITS[slots & np.uint64(7)])
+            self._mark(keys)
             return
         bits = self._FILTER_MIN_BITS
         while bits < entries * self._FILTER_BITS_PER_ENTRY:
@@ -246,15 +252,29 @@ class BandTable:
         for run in self._runs:
             for level_keys in (run.main_keys, run.young_keys):
                 if len(level_keys):
-                    slots = level_keys & self._filter_mask
-                    np.bitwise_or.at(self._filter, slots >> np.uint64(3), _BITS[slots & np.uint64(7)])
+                    self._mark(level_keys)
+
+    def _mark(self, keys: np.ndarray) -> None:
+        """Set the filter bit of every key (one bit position at a time: a repeated byte index then
+        writes the same value, which a fancy assignment may; ``np.bitwise_or.at`` is slower)."""
+        slots = keys & self._filter_mask
+        byte = slots >> np.uint64(3)
+        bit = (slots & np.uint64(7)).astype(np.uint8)
+        for k in range(8):
+            at = byte[bit == k]
+            if len(at):
+                self._filter[at] |= _BITS[k]
 
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
-        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
-        self._buffer, self._buffered = {}, 0
+        if self._pending is not None:
+            keys = np.concatenate([k for k, _ in self._pending])
+            gids = np.concatenate([g for _, g in self._pending])
+        else:
+            keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
+            gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
+        self._buffer, self._buffered, self._pending = {}, 0, []
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
@@ -302,8 +322,16 @@ def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tu
     """Merge two key-sorted tables into one (O(len(a) + len(b)) with one new array each)."""
     if len(ak) == 0:
         return bk, bg
-    pos = np.searchsorted(ak, bk, side="right")
-    return np.insert(ak, pos, bk), np.insert(ag, pos, bg)
+    # b's entries land after the equal keys of a, in their order: entry i of b at position pos_i + i.
+    at = np.searchsorted(ak, bk, side="right")
+    at += np.arange(len(bk))
+    from_a = np.ones(len(ak) + len(bk), dtype=bool)
+    from_a[at] = False
+    keys = np.empty(len(from_a), dtype=ak.dtype)
+    gids = np.empty(len(from_a), dtype=ag.dtype)
+    keys[at], gids[at] = bk, bg
+    keys[from_a], gids[from_a] = ak, ag
+    return keys, gids
 
 
 @dataclass
