@@ -102,9 +102,6 @@ class BandTable:
         self._runs = [_Run() for _ in range(16)]
         self._buffer: dict[int, list[int]] = {}
         self._buffered = 0
-        # The buffer's entries as arrays too, in insertion order (what a flush merges: concatenated, not
-        # read back out of the dict); None once a delete has taken entries out of the buffer.
-        self._pending: list[tuple[np.ndarray, np.ndarray]] | None = []
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
@@ -121,16 +118,13 @@ class BandTable:
         if keys.size >= self._BUFFER_LIMIT:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
-        flat = np.array(keys, dtype=np.uint64).reshape(-1)  # a copy: the caller's array may change
-        values = flat.tolist()
+        values = keys.reshape(-1).tolist()
         setdefault = self._buffer.setdefault
         for row, gid in enumerate(gids):
             g = int(gid)
             for k in values[row * width : (row + 1) * width]:
                 setdefault(k, []).append(g)
         self._buffered += len(values)
-        if self._pending is not None:
-            self._pending.append((flat, np.repeat(np.asarray(gids, dtype=np.int32), width)))
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
 
@@ -139,7 +133,6 @@ class BandTable:
         self._dead.add(gid)
         self._compacted = set()
         for k in [k for k, gs in self._buffer.items() if gid in gs]:
-            self._pending = None
             gs = [g for g in self._buffer[k] if g != gid]
             self._buffered -= len(self._buffer[k]) - len(gs)
             if gs:
@@ -268,13 +261,9 @@ class BandTable:
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        if self._pending is not None:
-            keys = np.concatenate([k for k, _ in self._pending])
-            gids = np.concatenate([g for _, g in self._pending])
-        else:
-            keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
-            gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
-        self._buffer, self._buffered, self._pending = {}, 0, []
+        keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
+        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
+        self._buffer, self._buffered = {}, 0
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
