@@ -2,8 +2,8 @@
 README's Performance table has the measured bytes).
 
 Where the bytes go, per indexed chunk: its shingle set as a ``bytes`` object (4 bytes a shingle),
-its LSH bucket entries in sorted numpy arrays (12 bytes a band: 252 bytes at 21 bands), and its item
-record and exact-text digest. Python dicts and sets per bucket, as in datasketch's in-memory LSH,
+its LSH bucket entries in sorted numpy arrays (12 bytes a band: 252 bytes at 21 bands) and their bit
+filter (1 to 2 bytes a band), and its item record and exact-text digest. Python dicts and sets per bucket, as in datasketch's in-memory LSH,
 cost several times that.
 """
 
