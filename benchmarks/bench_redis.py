@@ -21,7 +21,10 @@ Configurations, for each tree, on the same chunks and (for Redis) a fresh namesp
 
 "Memory per chunk" is the growth of the server's ``used_memory`` over configuration 2, divided by the
 chunks. "Lock held" is the time one process spent inside the storage's write lock (what the second
-worker cannot overlap). On a 2-core machine the server, the two workers and anything else running
+worker cannot overlap). "Cores busy" is the CPU time of configuration 2 (the worker's own
+``process_time`` plus the server's ``used_cpu_user + used_cpu_sys``) over its wall time: two workers
+need twice that, so on a machine of 2 cores the most two processes can give over one is
+``2 / cores busy`` (the ceiling printed beside the measured ratio), before any lock is counted. On a 2-core machine the server, the two workers and anything else running
 share two cores: read the ratios, not the absolute numbers.
 """
 
@@ -31,6 +34,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import socket
@@ -119,6 +123,12 @@ def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) 
     return max(r[0] for r in reports) - t0, sum(r[1] for r in reports), sum(r[2] for r in reports), index
 
 
+def server_cpu(client: Any) -> float:
+    """CPU seconds the redis-server process has used (user + system, all its threads: ``INFO cpu``)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     """Every figure of one tree (the one ``rag_dedup`` is imported from)."""
     import redis
@@ -161,9 +171,11 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     storage_type.lock = timed_lock  # type: ignore[method-assign]
     used = client.info("memory")["used_memory"]
     before = one.storage.round_trips
+    server0, cpu0 = server_cpu(client), time.process_time()
     t0 = time.perf_counter()
     one.add_many(items)
     t_one = time.perf_counter() - t0
+    cpu_one, server_one = time.process_time() - cpu0, server_cpu(client) - server0
     storage_type.lock = plain_lock  # type: ignore[method-assign]
     rt_one = one.storage.round_trips - before
     per_chunk = (client.info("memory")["used_memory"] - used) / len(items)
@@ -181,6 +193,8 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
         "t_two": t_two,
         "held": held[0],
         "waited": waited,
+        "cpu_one": cpu_one,
+        "server_one": server_one,
         "rt_one": rt_one,
         "rt_two": rt_two,
         "bytes": per_chunk,
@@ -221,20 +235,30 @@ def main() -> None:
             info = redis.Redis.from_url(url).info("server")
             print(f"bench_redis: {args.chunks:,} chunks of ~180 words, 20% planted near-duplicates")
             print(f"server: redis {info['redis_version']} at {url.split('@')[-1]}" + ("" if args.url else " (private, loopback, no persistence)"))
+            load = os.getloadavg()[0]
             base = run_child(export_tree(rev, Path(tmp)), url, args.chunks, "base")
             this = run_child(REPO, url, args.chunks, "this")
+            load_after = os.getloadavg()[1]
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait()
 
     n = this["chunks"]
+
+    def busy(r: dict[str, Any]) -> float:
+        return float(r["cpu_one"] + r["server_one"]) / float(r["t_one"])
+
     rows = [
         ("add_many in memory, 1 process (chunks/s)", n / base["t_mem"], n / this["t_mem"], "{:,.0f}"),
         ("add_many on Redis, 1 process (chunks/s)", n / base["t_one"], n / this["t_one"], "{:,.0f}"),
         ("add_many on Redis, 2 processes (chunks/s)", n / base["t_two"], n / this["t_two"], "{:,.0f}"),
         ("2 processes / 1 process (goal >= 1.6)", base["t_one"] / base["t_two"], this["t_one"] / this["t_two"], "{:.2f}x"),
         ("1 Redis process / memory", base["t_mem"] / base["t_one"], this["t_mem"] / this["t_one"], "{:.2f}x"),
+        ("cores busy, 1 process: (its CPU + server CPU) / wall", busy(base), busy(this), "{:.2f}"),
+        ("  the worker's CPU / wall", base["cpu_one"] / base["t_one"], this["cpu_one"] / this["t_one"], "{:.2f}"),
+        ("  redis-server's CPU / wall", base["server_one"] / base["t_one"], this["server_one"] / this["t_one"], "{:.2f}"),
+        ("ceiling of 2 processes / 1 on 2 cores: 2 / cores busy", 2 / busy(base), 2 / busy(this), "{:.2f}x"),
         ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
         ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
         ("round trips per chunk, 1 process", base["rt_one"] / n, this["rt_one"] / n, "{:.4f}"),
@@ -244,6 +268,11 @@ def main() -> None:
     print(f"{'figure':<55} {'baseline ' + rev:>18} {'this tree':>14} {'this / baseline':>16}")
     for name, b, t, fmt in rows:
         print(f"{name:<55} {fmt.format(b):>18} {fmt.format(t):>14} {t / b if b else float('nan'):>15.2f}x")
+    print(
+        f"load average: {load:.2f} (1 min) before the runs, {load_after:.2f} (5 min) after; on {os.cpu_count()} cores, "
+        "cores busy below 1 with a load above the core count means the one-process run waited for a core: "
+        "its ceiling is then too high"
+    )
     print(
         "same clusters, representatives and similarities as in memory: "
         f"baseline 1 process {base['same_one']}, 2 processes {base['same_two']}; "

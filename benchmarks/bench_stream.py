@@ -22,6 +22,12 @@ chunk, shingles built in Python from :func:`~rag_dedup.canonical`, as issue 14 m
 insert). With ``--baseline-tree DIR`` (a checkout of another rag-dedup commit) the rag-dedup rows run
 from that tree too, in the same rounds. The rag-dedup rows must end in the same partition (checked:
 a digest of every key's representative).
+
+``--split`` adds, per tree, where one ``add()`` spends its CPU: an index of ``n - 800`` chunks is built
+with ``add_many``, 400 more are added one at a time with each stage timed (``process_time`` around the
+named functions, the rest of ``add`` by difference), and 400 more counting the numpy functions and
+methods called per ``add()`` (``sys.setprofile``; array operators and indexing are not counted, they
+make no call event).
 """
 
 from __future__ import annotations
@@ -132,6 +138,95 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
     return {"cpu": cpu, "wall": wall, "peak": peak - before, "retained": retained - before, "digest": digest, "n": len(items)}
 
 
+# (stage, where to find the function: "index" = rag_dedup.index, "DedupIndex", "storage" = the storage class)
+SPLIT_STAGES = [
+    ("shingling", "index", "shingles_and_digests"),
+    ("signature and band keys", "DedupIndex", "_band_keys"),
+    ("bucket lookup", "DedupIndex", "_lookup_few"),
+    ("bucket lookup", "DedupIndex", "_lookup_buckets"),
+    ("bucket lookup", "index", "_buckets"),
+    ("creating the group", "storage", "create_groups"),
+    ("item records", "storage", "put_items"),
+    ("verification and reclustering", "DedupIndex", "_link_and_recluster"),
+    ("the returned Match", "DedupIndex", "_matches"),
+]
+
+
+def split_worker(data: str) -> dict[str, object]:
+    """Where ``add()`` spends its CPU, by stage, and the numpy calls it makes (see the module docstring)."""
+    import collections
+
+    import numpy as np
+
+    import rag_dedup.index as index_module
+    from rag_dedup import DedupIndex
+
+    with open(data, encoding="utf-8") as f:
+        items: list[tuple[str, str]] = [(k, t) for k, t in json.load(f)]
+    index = DedupIndex(threshold=0.8)
+    for lo in range(0, len(items) - 800, 1000):
+        index.add_many(items[lo : min(lo + 1000, len(items) - 800)])
+    spent: collections.Counter[str] = collections.Counter()
+    homes = {"index": index_module, "DedupIndex": DedupIndex, "storage": type(index.storage)}
+    for stage, home, name in SPLIT_STAGES:
+        target = homes[home]
+        if not hasattr(target, name):
+            continue  # a stage the other tree does not have
+        plain = getattr(target, name)
+
+        def timed(*args: object, _plain: object = plain, _stage: str = stage, **kwargs: object) -> object:
+            t = time.process_time()
+            try:
+                return _plain(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                spent[_stage] += time.process_time() - t
+
+        setattr(target, name, timed)
+    timing, counting = items[-800:-400], items[-400:]
+    t0 = time.process_time()
+    for key, text in timing:
+        index.add(key, text)
+    total = time.process_time() - t0
+    timed_stages = dict(spent)  # the counting pass below runs the timers too
+    calls: collections.Counter[str] = collections.Counter()
+
+    def count(frame: object, event: str, arg: object) -> None:
+        if event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            if (getattr(arg, "__module__", None) or "").startswith("numpy") or type(owner).__module__.startswith("numpy"):
+                calls[getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))] += 1
+        elif event == "call" and "/numpy/" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            calls["(numpy Python-level functions)"] += 1
+
+    del np
+    sys.setprofile(count)
+    for key, text in counting:
+        index.add(key, text)
+    sys.setprofile(None)
+    n = len(timing)
+    wrappers = calls.pop("(numpy Python-level functions)", 0)
+    return {
+        "indexed": len(items) - 800,
+        "total_us": total / n * 1e6,
+        "stages_us": {stage: v / n * 1e6 for stage, v in timed_stages.items()},
+        "numpy_calls": sum(calls.values()) / len(counting),
+        "numpy_wrappers": wrappers / len(counting),
+        "top_calls": [(name, c / len(counting)) for name, c in calls.most_common(6)],
+    }
+
+
+def print_split(label: str, r: dict[str, object]) -> None:
+    total = float(r["total_us"])  # type: ignore[arg-type]
+    stages: dict[str, float] = r["stages_us"]  # type: ignore[assignment]
+    rest = total - sum(stages.values())
+    parts = [*sorted(stages.items(), key=lambda kv: -kv[1]), ("the rest of add", rest)]
+    print(f"   add() split{label}, 400 adds into an index of {int(r['indexed']):,} (CPU): {total:.1f} us = "  # type: ignore[call-overload]
+          + ", ".join(f"{name} {us:.1f} ({us / total:.0%})" for name, us in parts))
+    top = ", ".join(f"{name} {c:.1f}" for name, c in r["top_calls"])  # type: ignore[attr-defined]
+    print(f"     numpy functions and methods per add() {float(r['numpy_calls']):.1f} ({top}); numpy Python-level"  # type: ignore[arg-type]
+          f" functions {float(r['numpy_wrappers']):.1f}")  # type: ignore[arg-type]
+
+
 def run_row(tree: Path, mode: str, block: int, data: str) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     cmd = [sys.executable, str(HERE / "bench_stream.py"), "--worker", mode, "--block", str(block), "--data", data]
@@ -145,10 +240,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="processes per row; the best CPU time is kept")
     parser.add_argument("--recipe-max", type=int, default=40000, help="largest size to run the slow recipe on")
     parser.add_argument("--baseline-tree", type=Path, help="another rag-dedup checkout whose rag-dedup rows run too")
+    parser.add_argument("--split", action="store_true", help="also print where one add() spends its CPU, per tree")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--block", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker == "split":
+        print(json.dumps(split_worker(args.data)))
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.block, args.data)))
         return
@@ -174,7 +273,10 @@ def main() -> None:
                         best[name] = got  # memory from the first process of each row
                     best[name]["cpu"] = min(best[name]["cpu"], got["cpu"])  # type: ignore[type-var]
                     best[name]["wall"] = min(best[name]["wall"], got["wall"])  # type: ignore[type-var]
+            splits = [(label, run_row(tree, "split", 1, f.name)) for label, tree in trees] if args.split else []
         _print(n, best, args.rounds)
+        for label, r in splits:
+            print_split(label, r)
 
 
 def _print(n: int, best: dict[str, dict[str, object]], rounds: int) -> None:

@@ -87,6 +87,13 @@ SHINGLING = "tokens-poly64-fmix64-v3"
 _BATCH = 1024
 _BATCH_SHARE = 16
 _BATCH_MAX = 16384
+# Texts hashed, and shingle sets signed, at a time within a batch: a block's temporaries (word and
+# shingle hashes, the (num_perm, shingles) permutation blocks, uint64 band products) are what the
+# peak memory of add_many pays above the index itself.
+_HASH_BLOCK = 64
+# Band keys of the new groups of a batch at most this many: their buckets are looked up by
+# DedupIndex._lookup_few (Python) rather than _lookup_buckets and _buckets (numpy: a fixed cost a call).
+_FEW_KEYS = 256
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 
@@ -408,9 +415,18 @@ class DedupIndex:
     def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         storage = self.storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
-        all_sets, digests = shingles_and_digests(
-            [item.text for item in items], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
-        )
+        # Hashed a block of texts at a time: the temporaries of hashing stay those of one block.
+        all_sets: list[np.ndarray] = []
+        digests: list[bytes | None] = []
+        for lo in range(0, len(items), _HASH_BLOCK):
+            block_sets, block_digests = shingles_and_digests(
+                [item.text for item in items[lo : lo + _HASH_BLOCK]],
+                self.ngram,
+                ignore_decoration=self.ignore_decoration,
+                short_tokens=self.short_tokens,
+            )
+            all_sets.extend(block_sets)
+            digests.extend(block_digests)
         first: dict[bytes, int] = {}
         for i, d in enumerate(digests):
             if d is not None:
@@ -444,9 +460,14 @@ class DedupIndex:
             fresh_keys = band_keys[fresh]
             # The buckets of the new groups, each once, with the stored groups in them (asked before the
             # new ones are filed, so a group does not find itself).
-            slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
-            new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
-            buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
+            if fresh_keys.size <= _FEW_KEYS:
+                few = self._lookup_few(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                buckets = [(old, [new_gids[row] for row in rows]) for old, rows in few]
+            else:
+                slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
             new_record = tuple.__new__
             records = {
@@ -474,9 +495,40 @@ class DedupIndex:
         bucket_rows, bucket_gids = self.storage.query_band_pairs(keys[:, None])
         return slot.reshape(-1), bucket_rows, bucket_gids
 
+    def _lookup_few(self, band_keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
+        """:meth:`_lookup_buckets` and :func:`_buckets` in one, for the few rows of one ``add`` or small
+        ``add_many`` (``band_keys.size <= _FEW_KEYS``), in Python rather than a dozen numpy calls.
+
+        Returns the buckets that hold a row of ``band_keys`` and another group (a stored one or another
+        row) as ``(stored gids, rows)``, in the order and with the contents of :func:`_buckets` (by key;
+        rows and stored gids ascending).
+        """
+        width = band_keys.shape[1]
+        rows_of: dict[int, list[int]] = {}
+        for i, key in enumerate(band_keys.reshape(-1).tolist()):
+            rows_of.setdefault(key, []).append(i // width)
+        distinct = sorted(rows_of)
+        found_rows, found_gids = self.storage.query_band_pairs(np.array(distinct, dtype=np.uint64)[:, None])
+        stored: dict[int, list[int]] = {}
+        for k, gid in zip(found_rows.tolist(), found_gids.tolist()):
+            stored.setdefault(k, []).append(gid)
+        out = []
+        for k, key in enumerate(distinct):
+            rows, old = rows_of[key], stored.get(k, [])
+            if len(rows) + len(old) > 1:
+                out.append((old, rows))
+        return out
+
     def _band_keys(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        """The ``(len(sets), b)`` band keys of shingle sets, signed ``_HASH_BLOCK`` sets at a time (the
+        signatures and their uint64 products are temporaries of one block, not of the whole batch)."""
         b, r = self.bands
-        return lsh.band_keys(self._hasher.signatures(sets), b, r)
+        if len(sets) <= _HASH_BLOCK:
+            return lsh.band_keys(self._hasher.signatures(sets), b, r)
+        out = np.empty((len(sets), b), dtype=np.uint64)
+        for lo in range(0, len(sets), _HASH_BLOCK):
+            out[lo : lo + _HASH_BLOCK] = lsh.band_keys(self._hasher.signatures(sets[lo : lo + _HASH_BLOCK]), b, r)
+        return out
 
     def _link(
         self,

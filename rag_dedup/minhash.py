@@ -105,6 +105,7 @@ class MinHasher:
                 continue
             permuted = self._permute(mixed[first:last])
             out[rows[lo:hi]] = np.minimum.reduceat(permuted, starts[lo:hi] - first, axis=1).T
+            del permuted  # before the next block's is allocated: one block's matrix alive at a time
         return out
 
     def _permute(self, mixed: np.ndarray) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 ``DedupIndex.add`` hashes one text, signs one set and looks up one row of band keys; each of those
 has a path of its own for that case (:func:`rag_dedup.shingles._hash_one`, the single-set branch of
-:meth:`MinHasher.signatures`, :meth:`BandTable._query_small`), and each must give exactly what the
-bulk path gives for the same input.
+:meth:`MinHasher.signatures`, :meth:`BandTable._query_small`, and for the few rows of a small batch
+:meth:`DedupIndex._lookup_few`), and each must give exactly what the bulk path gives for the same input.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_dedup import DedupIndex
+from rag_dedup.index import _FEW_KEYS, _buckets
 from rag_dedup.minhash import MinHasher
 from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many, shingles_and_digests
 from rag_dedup.storage.memory import BandTable
@@ -130,3 +131,30 @@ def test_band_keys_golden_values_and_input_dtypes() -> None:
     assert band_keys(sig, 21, 6)[0, [0, 1, 20]].tolist() == [2111227792932466431, 18243647497887853426, 7811309235380028834]
     assert band_keys(sig, 16, 8)[0, [0, 15]].tolist() == [17302462120833434630, 18180676060412541770]
     assert np.array_equal(band_keys(sig.astype(np.int64), 21, 6), band_keys(sig, 21, 6))
+
+
+@pytest.mark.parametrize("rows", [1, 4, 12])
+def test_few_rows_buckets_equal_the_bulk_lookup(rows: int) -> None:
+    """:meth:`DedupIndex._lookup_few` gives the buckets of :meth:`~DedupIndex._lookup_buckets` and
+    :func:`~rag_dedup.index._buckets`: the same buckets, in the same order, with the same groups."""
+    items = chunks()[:700]
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items[:300])  # the runs
+    for key, text in items[300:400]:
+        index.add(key, text)  # the write buffer
+    index.remove(items[3][0])  # a tombstone
+    texts = [t for _, t in items[400:]] + [t for _, t in items[:200:7]]  # new texts and copies of stored ones
+    sets = shingle_hashes_many(texts)
+    band_keys = index._band_keys(sets)
+    band_keys[1::5] = band_keys[0::5][: len(band_keys[1::5])]  # rows that share every bucket with another
+    assert rows * band_keys.shape[1] <= _FEW_KEYS
+    shared = 0
+    for lo in range(0, len(band_keys) - rows, rows):
+        keys = band_keys[lo : lo + rows]
+        gids = list(range(10**6, 10**6 + rows))  # the ids the new groups would get
+        slot, bucket_rows, bucket_gids = index._lookup_buckets(keys)
+        bulk = _buckets(slot, keys.shape[1], gids, bucket_rows, bucket_gids)
+        few = [(old, [gids[r] for r in new]) for old, new in index._lookup_few(keys)]
+        assert few == bulk
+        shared += sum(len(old) > 0 for old, _ in few)
+    assert shared > 0  # stored groups are found, not only buckets among the new rows

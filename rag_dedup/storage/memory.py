@@ -2,8 +2,8 @@
 README's Performance table has the measured bytes).
 
 Where the bytes go, per indexed chunk: its shingle set as a ``bytes`` object (4 bytes a shingle),
-its LSH bucket entries in sorted numpy arrays (12 bytes a band: 252 bytes at 21 bands), and its item
-record and exact-text digest. Python dicts and sets per bucket, as in datasketch's in-memory LSH,
+its LSH bucket entries in sorted numpy arrays (12 bytes a band: 252 bytes at 21 bands) and their bit
+filter (1 to 2 bytes a band), and its item record and exact-text digest. Python dicts and sets per bucket, as in datasketch's in-memory LSH,
 cost several times that.
 """
 
@@ -80,6 +80,12 @@ class BandTable:
     memory). Single inserts go to a dict *buffer* first. Lookups sort their needles and binary-search
     each run in order. Deleted groups are tombstones until every run has compacted them away.
     Each entry costs 12 bytes (uint64 key, int32 group id).
+
+    A bit *filter* over the keys in the runs (bit ``key mod 2^m`` set for every such key, at least
+    8 bits an entry, under 2 bytes, and at most ~12% false positives) lets a small lookup (:meth:`_query_small`)
+    binary-search only the needles whose bit is set: most needles of a new text are in no bucket, and
+    a binary search in a run far larger than the CPU caches costs a dozen cache misses. The filter
+    may say yes for a key that is not there (then the search finds nothing), never no for one that is.
     """
 
     _BUFFER_LIMIT = 4096
@@ -88,12 +94,18 @@ class BandTable:
     _SMALL_QUERY = 256
     _SHARD_SHIFT = np.uint64(60)
 
+    # Filter bits per entry in the runs (at least; the size is a power of two), and the smallest filter.
+    _FILTER_BITS_PER_ENTRY = 8
+    _FILTER_MIN_BITS = 1 << 16
+
     def __init__(self) -> None:
         self._runs = [_Run() for _ in range(16)]
         self._buffer: dict[int, list[int]] = {}
         self._buffered = 0
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
+        self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
+        self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs) + self._buffered
@@ -102,14 +114,17 @@ class BandTable:
         """File group ``gids[i]`` under every key of row ``keys[i]``."""
         if len(gids) == 0:
             return
-        flat_keys = keys.reshape(-1)
-        flat_gids = np.repeat(np.asarray(gids, dtype=np.int32), keys.shape[1])
-        if len(flat_keys) >= self._BUFFER_LIMIT:
-            self._add(flat_keys, flat_gids)
+        width = keys.shape[1]
+        if keys.size >= self._BUFFER_LIMIT:
+            self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
-        for k, g in zip(flat_keys.tolist(), flat_gids.tolist()):
-            self._buffer.setdefault(k, []).append(g)
-        self._buffered += len(flat_keys)
+        values = keys.reshape(-1).tolist()
+        setdefault = self._buffer.setdefault
+        for row, gid in enumerate(gids):
+            g = int(gid)
+            for k in values[row * width : (row + 1) * width]:
+                setdefault(k, []).append(g)
+        self._buffered += len(values)
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
 
@@ -167,37 +182,81 @@ class BandTable:
         return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _query_small(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`query_pairs` of a few rows (one ``add``): a binary search per level of each run hit,
-        and the few matches read one by one, instead of the bulk path's dozen array operations a level."""
+        """:meth:`query_pairs` of a few rows (one ``add``, an ``add_many`` of a few texts): only the needles
+        the filter lets through are binary-searched (grouped by run); the buffer is asked key by key."""
         b = keys.shape[1]
         flat = keys.reshape(-1)
         values = flat.tolist()
-        by_shard: dict[int, list[int]] = {}
-        for i, shard in enumerate((flat >> self._SHARD_SHIFT).tolist()):
-            by_shard.setdefault(shard, []).append(i)
         found: set[tuple[int, int]] = set()
-        for shard, where in by_shard.items():
-            run = self._runs[shard]
-            if not len(run):
+        maybe = np.flatnonzero(self._might_hold(flat))
+        if len(maybe) > 1:
+            maybe = maybe[flat[maybe].argsort()]
+        needles = flat[maybe]  # sorted
+        at = maybe.tolist()
+        bounds = [0] * 17 if not len(at) else (needles >> self._SHARD_SHIFT).searchsorted(_SHARDS).tolist()
+        for shard in range(16) if at else ():
+            first, last = bounds[shard], bounds[shard + 1]
+            if first == last:
                 continue
-            needles = flat[where]
+            run = self._runs[shard]
+            part = needles[first:last]
             for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
                 size = len(level_keys)
                 if not size:
                     continue
-                for i, lo in zip(where, level_keys.searchsorted(needles).tolist()):
+                for i, lo in zip(at[first:last], level_keys.searchsorted(part).tolist()):
                     value = values[i]
-                    while lo < size and level_keys[lo] == value:
-                        found.add((i // b, int(level_gids[lo])))
-                        lo += 1
+                    hi = lo
+                    while hi < size and level_keys[hi] == value:
+                        hi += 1
+                    if hi > lo:
+                        row = i // b
+                        found.update((row, g) for g in level_gids[lo:hi].tolist())
         if self._buffer:
             get = self._buffer.get
-            found.update((i // b, g) for i, k in enumerate(values) for g in get(k, ()))
+            for i, k in enumerate(values):
+                gs = get(k)
+                if gs:
+                    row = i // b
+                    found.update((row, g) for g in gs)
         if self._dead:
             found = {pair for pair in found if pair[1] not in self._dead}
         pairs = sorted(found)
         rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
         return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
+
+    def _might_hold(self, keys: np.ndarray) -> np.ndarray:
+        """For each key, nonzero where the runs may hold it, zero where they do not (uint8; see the filter above)."""
+        slots = keys & self._filter_mask
+        return self._filter[slots >> np.uint64(3)] & _BITS[slots & np.uint64(7)]
+
+    def _set_filter(self, keys: np.ndarray) -> None:
+        """Set the filter bits of ``keys`` (entries just merged into the runs); when the runs outgrow the
+        filter, rebuild it (a power of two of at least 8 bits an entry) from every key in them."""
+        entries = sum(len(r) for r in self._runs)
+        if entries * self._FILTER_BITS_PER_ENTRY <= len(self._filter) * 8:
+            self._mark(keys)
+            return
+        bits = self._FILTER_MIN_BITS
+        while bits < entries * self._FILTER_BITS_PER_ENTRY:
+            bits *= 2
+        self._filter = np.zeros(bits // 8, dtype=np.uint8)
+        self._filter_mask = np.uint64(bits - 1)
+        for run in self._runs:
+            for level_keys in (run.main_keys, run.young_keys):
+                if len(level_keys):
+                    self._mark(level_keys)
+
+    def _mark(self, keys: np.ndarray) -> None:
+        """Set the filter bit of every key (one bit position at a time: a repeated byte index then
+        writes the same value, which a fancy assignment may; ``np.bitwise_or.at`` is slower)."""
+        slots = keys & self._filter_mask
+        byte = slots >> np.uint64(3)
+        bit = (slots & np.uint64(7)).astype(np.uint8)
+        for k in range(8):
+            at = byte[bit == k]
+            if len(at):
+                self._filter[at] |= _BITS[k]
 
     def _flush_buffer(self) -> None:
         if not self._buffer:
@@ -215,6 +274,7 @@ class BandTable:
             lo, hi = bounds[shard], bounds[shard + 1]
             if lo < hi and run.add(keys[lo:hi], gids[lo:hi], self._dead):
                 self._compacted.add(shard)
+        self._set_filter(keys)
         if self._dead and len(self._compacted) == len(self._runs):
             self._dead, self._compacted = set(), set()
 
@@ -238,14 +298,29 @@ class BandTable:
         for shard, run in enumerate(self._runs):
             run.main_keys = keys[bounds[shard] : bounds[shard + 1]].copy()
             run.main_gids = gids[bounds[shard] : bounds[shard + 1]].copy()
+        self._set_filter(keys)
+
+
+# The shard numbers 0..16 (the bounds of the runs' key ranges, in the top four key bits).
+_SHARDS = np.arange(17, dtype=np.uint64)
+# The bit of each slot number mod 8 in a filter byte.
+_BITS = np.array([1 << i for i in range(8)], dtype=np.uint8)
 
 
 def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge two key-sorted tables into one (O(len(a) + len(b)) with one new array each)."""
     if len(ak) == 0:
         return bk, bg
-    pos = np.searchsorted(ak, bk, side="right")
-    return np.insert(ak, pos, bk), np.insert(ag, pos, bg)
+    # b's entries land after the equal keys of a, in their order: entry i of b at position pos_i + i.
+    at = np.searchsorted(ak, bk, side="right")
+    at += np.arange(len(bk))
+    from_a = np.ones(len(ak) + len(bk), dtype=bool)
+    from_a[at] = False
+    keys = np.empty(len(from_a), dtype=ak.dtype)
+    gids = np.empty(len(from_a), dtype=ag.dtype)
+    keys[at], gids[at] = bk, bg
+    keys[from_a], gids[from_a] = ak, ag
+    return keys, gids
 
 
 @dataclass

@@ -43,3 +43,36 @@ def test_band_table_behaves_like_a_dict_of_sets(ops) -> None:
         return
     got = table.query(probe.reshape(-1, 1))
     assert got == [ref.get(int(k), set()) - dead for k in probe]
+
+
+def test_the_filter_never_hides_a_stored_key_as_the_table_grows_and_is_restored() -> None:
+    """The small lookup searches only the keys the bit filter lets through: every key in the runs must
+    pass it, through the filter's rebuilds as the table grows, after a restore, and beside deletes."""
+    rng = np.random.default_rng(3)
+    table = BandTable()
+    ref: dict[int, set[int]] = {}
+    gid = 0
+    for size in (10, 300, 2000, 50, 9000, 1):  # bulk inserts (straight into the runs) and buffered ones
+        keys = rng.integers(0, 2**64 - 1, size=(size, 7), dtype=np.uint64)
+        keys[: size // 3, 2] = keys[size - size // 3 :, 2]  # shared buckets
+        table.insert(list(range(gid, gid + size)), keys)
+        for g, row in zip(range(gid, gid + size), keys.tolist()):
+            for k in row:
+                ref.setdefault(k, set()).add(g)
+        gid += size
+    table.delete(5)
+    for gs in ref.values():
+        gs.discard(5)
+    assert len(table._filter) * 8 > BandTable._FILTER_MIN_BITS  # the filter was rebuilt larger
+    restored = BandTable()
+    restored.restore(*table.export())
+    stored = np.fromiter(ref, dtype=np.uint64, count=len(ref))
+    absent = rng.integers(0, 2**64 - 1, size=40, dtype=np.uint64)
+    for t in (table, restored):
+        in_runs = np.concatenate([level for r in t._runs for level in (r.main_keys, r.young_keys)])
+        assert (t._might_hold(in_runs) != 0).all()
+        assert (t._might_hold(absent) == 0).any()  # a filter, not a constant "maybe"
+        for lo in range(0, len(stored), 997):
+            probe = np.concatenate((stored[lo : lo + 30], absent[:5])).reshape(-1, 1)
+            assert probe.size <= BandTable._SMALL_QUERY
+            assert t.query(probe) == [ref.get(int(k), set()) for k in probe.reshape(-1).tolist()]
