@@ -52,7 +52,16 @@ from typing import Literal
 
 import numpy as np
 
-from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
+from rag_dedup.normalize import (
+    NUMBERING,
+    SPLIT_SCRIPTS,
+    canonical,
+    gram_text,
+    is_decoration,
+    shingle_form,
+    shingle_tokens,
+    token_form,
+)
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -242,11 +251,6 @@ _NUMBER_FIRST = np.zeros(256, dtype=bool)
 _NUMBER_FIRST[list(b"(ivx0123456789")] = True
 _NUMBER_LAST = np.zeros(256, dtype=bool)
 _NUMBER_LAST[list(b".)")] = True
-# Not solid, or whitespace (which is in no word): byte 1 of a decoration candidate that leaves it open.
-_INNER_LOOSE = _LOOSE.copy()
-_INNER_LOOSE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-_NOT_BREAK = np.ones(256, dtype=bool)
-_NOT_BREAK[[10, 13]] = False
 # Per byte: bit 0 solid, bit 1 part of a non-ASCII character.
 _KIND = _SOLID.astype(np.uint8)
 _KIND[128:] = 2
@@ -271,108 +275,110 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
-    Only words whose first and last bytes are not solid can be decoration, and only short words
-    ending in "." or ")" (not solid either) can be numbers: one gather over the words (their last
-    bytes) finds the words that may be either (about a fifth of prose's words: those ending in
-    punctuation), and only these are looked at further, with operations on them alone. A number is dropped when it is *leading*: every word
-    before it on its line is dropped too.
+    Two passes, each over candidates only:
+
+    * punctuation-only words: only words whose first and last bytes are not solid can be decoration.
+      One gather over the words (their first bytes) finds the words that may be (those starting with
+      punctuation or a non-ASCII character, about a sixth of prose's words), a second gather over
+      those alone their last bytes, and :func:`_settle_edged` decides the rest;
+    * numbers: a number is dropped only when it *leads* its line (every word before it on the line is
+      dropped), so only the first word of each line can begin a run of dropped words, and the run is
+      followed from there (:func:`_leading_numbers`), never over all the words.
 
     Returns ``(keep, dropped)``: the mask of the words kept, and the indices of the others (in no
     particular order), so that callers need no pass over all words to find the few dropped.
     """
     keep = np.ones(len(starts), dtype=bool)
     # (starts and ends may be strided views, which take() would first copy whole: they are indexed)
-    loose = np.flatnonzero(_LOOSE.take(buf.take(ends - 1)))  # candidates of either kind
-    head = buf.take(starts[loose])
-    edged = loose[_LOOSE.take(head)]
+    head = np.flatnonzero(_LOOSE.take(buf.take(starts)))
+    edged = head[_LOOSE.take(buf.take(ends[head] - 1))]
     dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
-    last = _NUMBER_LAST.take(buf.take(ends[loose] - 1))
-    numbers, head = loose[last], head[last]
-    if not len(numbers):
-        return keep, dropped
-    sizes = ends[numbers] - starts[numbers]
-    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head)) & keep[numbers]]
-    if not len(numbers):
-        return keep, dropped
-    # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
-    # them that is no line break, does not lead its line: that settles most at once. The others are
-    # walked back over the dropped words before them, in order (a number dropped drops for the next).
-    previous = np.maximum(numbers - 1, 0)  # (the first word is its own "previous": a gap of -size)
-    after = ends[previous]
-    settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
-    settled[1:] &= numbers[1:] - 1 != numbers[:-1]
-    walk = _walk_back(buf, starts, ends, keep, numbers[~settled]) if not settled.all() else numbers[:0]
-    leading = []
-    for i in walk.tolist():
-        j = i  # walk back over dropped words on the line: leading when none is kept
-        while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
-            j -= 1
-        if (j == 0 or _breaks(data, int(ends[j - 1]), int(starts[j]))) and _NUMBERING_BYTES.fullmatch(
-            data, int(starts[i]), int(ends[i])
-        ) is not None:
-            keep[i] = False
-            leading.append(i)
-    if leading:
-        dropped = np.concatenate((dropped, np.array(leading, dtype=dropped.dtype)))
+    leading = _leading_numbers(data, buf, starts, ends, keep, dropped)
+    if len(leading):
+        dropped = np.concatenate((dropped, leading))
     return keep, dropped
 
 
-# Steps of _walk_back: a number after one or two dropped words (" . 1.", "- * 2.") is settled there.
-_WALK_STEPS = 3
+def _leading_numbers(
+    data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, dropped: np.ndarray
+) -> np.ndarray:
+    """Clear ``keep`` of the numbers (:data:`~rag_dedup.normalize.NUMBERING`) that lead their line, and
+    return their indices. ``dropped`` (ascending) are the decoration words, already cleared.
 
-
-def _walk_back(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, open_: np.ndarray) -> np.ndarray:
-    """The candidates of ``open_`` (ascending word indices, kept so far) whose walk back does not end at
-    a kept word in at most _WALK_STEPS steps: the others are settled (not leading), in bulk.
-
-    A step goes from a word to the one before it when one byte that is no line break lies between
-    them (so they share a line). The walk ends, settled, at a kept word that is not itself in
-    ``open_`` (only those may still be dropped, which would let the walk go on past them). A walk
-    that meets a wider gap, a line break or the first word, or runs out of steps, is left open.
+    A line's *leading run* is its first word and the words after it while each is dropped. Starting
+    at the first word of every line (the word after each LF or CR, and word 0), a step skips a run of
+    consecutive decoration words at once (to the word after the run, if that is on the same line:
+    no line's first word lies in between), then looks at the one word reached, which leads its line:
+    a number is dropped and the run goes on with the next word on the line; any other word ends it.
+    So there are as many steps as numbers in the longest leading run (plus one), each on arrays of
+    at most one word per line.
     """
-    is_open = np.zeros(len(keep), dtype=bool)
-    is_open[open_] = True
-    at = open_.copy()
-    walking = np.ones(len(at), dtype=bool)
-    settled = np.zeros(len(at), dtype=bool)
-    for _ in range(_WALK_STEPS):
-        before = np.maximum(at - 1, 0)
-        gap = ends[before]  # (indexed, not take(): starts and ends may be strided views)
-        step = walking & (at > 0) & (starts[at] - gap == 1) & _NOT_BREAK.take(buf.take(gap, mode="clip"))
-        kept = keep.take(before)
-        settled |= step & kept & ~is_open.take(before)
-        walking = step & ~kept
-        if not walking.any():
+    n = len(starts)
+    breaks = np.flatnonzero(buf == 10)
+    if b"\r" in data:
+        breaks = np.union1d(breaks, np.flatnonzero(buf == 13))
+    firsts = np.searchsorted(starts, breaks)  # the word after each line break (ascending; n past the last)
+    firsts = np.concatenate(([0], firsts[firsts < n]))
+    firsts = firsts[np.concatenate(([True], firsts[1:] != firsts[:-1]))]  # several breaks in one gap
+    if len(dropped):
+        # Runs of consecutive decoration words: run k is dropped[run_first[k]] .. its last_of_run[k].
+        cut = np.flatnonzero(np.diff(dropped) != 1) + 1
+        run_first = dropped[np.concatenate(([0], cut))]
+        after_run = np.append(dropped[cut - 1], dropped[-1]) + 1
+    out: list[int] = []
+    at = firsts
+    while len(at):
+        if len(dropped):
+            skip = ~keep.take(at)
+            if skip.any():
+                # (no number was dropped yet at these words: `at` holds line firsts and words after a number)
+                from_ = at[skip]
+                to = after_run[np.searchsorted(run_first, from_, side="right") - 1]
+                same_line = (to < n) & (np.searchsorted(firsts, to, side="right") == np.searchsorted(firsts, from_, side="right"))
+                at = np.concatenate((at[~skip], to[same_line]))
+        a, e = starts[at], ends[at]
+        size = e - a
+        shaped = (size <= _NUMBERING_MAX) & _NUMBER_LAST.take(buf.take(e - 1)) & ((size == 2) | _NUMBER_FIRST.take(buf.take(a)))
+        numbers = [i for i, x, y in zip(at[shaped].tolist(), a[shaped].tolist(), e[shaped].tolist()) if _NUMBERING_BYTES.fullmatch(data, x, y)]
+        if not numbers:
             break
-        at = np.where(walking, before, at)
-    return open_[~settled]
+        out.extend(numbers)
+        nxt = np.array(numbers, dtype=np.int64) + 1
+        keep[nxt - 1] = False
+        nxt = nxt[nxt < n]
+        at = nxt[firsts[np.minimum(np.searchsorted(firsts, nxt), len(firsts) - 1)] != nxt]  # not a line's first
+    return np.array(out, dtype=np.int64)
 
 
 def _settle_edged(
     data: bytes, buf: np.ndarray, a: np.ndarray, e: np.ndarray, edged: np.ndarray, keep: np.ndarray
 ) -> np.ndarray:
     """Clear ``keep`` of the decoration among the candidates ``edged`` (words ``a``..``e`` whose first
-    and last bytes are not solid), and return their indices: a word with a solid byte is kept, a word
-    of ASCII bytes without one is decoration, and the rest (non-ASCII punctuation or letters) go to
-    :func:`_decoration_bytes` one by one.
+    and last bytes are not solid), and return their indices (ascending): a word with a solid byte is
+    kept, a word of ASCII bytes without one is decoration, and the rest (non-ASCII punctuation or
+    letters) go to :func:`_decoration_bytes` one by one.
 
-    Byte 1 settles most long candidates at once ("(c)", "<name@host>"); the bytes of the others are
-    gathered together and their classes or-ed per word (``reduceat``: a word has at least one byte,
-    so no segment is empty).
+    A one-byte candidate is decoration without a look (an ASCII punctuation mark or symbol: in UTF-8
+    every byte of a longer character is 0x80 or above and comes with others; half the candidates of
+    real text: ``*``, ``-``, ``|``). Of the longer ones, byte 1 settles most at once ("(c)",
+    "<name@host>"); the bytes of the others are gathered together and their classes or-ed per word
+    (``reduceat``: a word has at least one byte, so no segment is empty).
     """
-    # (byte 1 of a one-byte word is whitespace, or past the buffer: "clip" reads the word itself)
-    rest = np.flatnonzero(_INNER_LOOSE.take(buf.take(a + 1, mode="clip")))
-    if not len(rest):
-        return rest
-    a, e, edged = a[rest], e[rest], edged[rest]
     sizes = e - a
-    offsets = np.cumsum(sizes) - sizes
-    inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
-    kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
-    decoration = kinds == 0  # ASCII punctuation and symbols only
-    odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
-    if len(odd):
-        decoration[odd] = [_decoration_bytes(data[x:y]) for x, y in zip(a[odd].tolist(), e[odd].tolist())]
+    decoration = sizes == 1
+    longer = np.flatnonzero(~decoration)
+    if len(longer):
+        open_ = longer[_LOOSE.take(buf.take(a[longer] + 1))]  # byte 1 not solid either
+        if len(open_):
+            a, e = a[open_], e[open_]
+            sizes = e - a
+            offsets = np.cumsum(sizes) - sizes
+            inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
+            kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
+            decoration[open_] = kinds == 0  # ASCII punctuation and symbols only
+            odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
+            if len(odd):
+                decoration[open_[odd]] = [_decoration_bytes(data[x:y]) for x, y in zip(a[odd].tolist(), e[odd].tolist())]
     dropped = edged[decoration]
     keep[dropped] = False
     return dropped
@@ -384,11 +390,6 @@ def _decoration_bytes(token: bytes) -> bool:
     if not token.translate(None, _PS_BYTES):
         return True
     return token.isascii() is False and is_decoration(token.decode("utf-8"))
-
-
-def _breaks(data: bytes, start: int, end: int) -> bool:
-    """``data[start:end]`` holds a line break (LF or CR)."""
-    return data.find(b"\n", start, end) >= 0 or data.find(b"\r", start, end) >= 0
 
 
 def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -485,34 +486,43 @@ def _digests(
 
 def _hash_piece(
     texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int, digests: list[bytes | None] | None = None
-) -> list[np.ndarray]:
-    """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
-    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
+) -> tuple[list[np.ndarray], list[int]]:
+    """Shingle hashes of token-form texts, joined into one buffer; with ``digests``, also append the
+    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words).
+
+    Also returns the indices of the texts whose shingle form is not their token form (see
+    :func:`_shape_piece`): their digests are of the shingle form, and the caller recomputes them."""
     encoded = [t.encode("utf-8") for t in texts]
-    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     joined = b"\n".join(encoded)
+    reshaped = _shape_piece(texts, encoded, joined, ignore_decoration)
+    if reshaped:
+        joined = b"\n".join(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
     is_word, starts, ends, words = _words(buf)
     # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
     first_word = np.searchsorted(starts, text_starts)
     words_per_text = np.diff(first_word, append=len(starts))
-    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+    text_of_word = None  # the text of each word, when needed
     if digests is not None:
+        text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
     kept = None  # the mask of the words kept, when the decoration rule drops some
     if ignore_decoration and len(starts):
         keep, dropped = _decoration_drops(joined, buf, starts, ends)
         if len(dropped):
-            left = words_per_text - np.bincount(text_of_word[dropped], minlength=len(texts))
+            left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
             if bare.any():  # rare: texts of decoration only
-                keep = _restore_bare(keep, text_of_word, len(texts))
+                keep = _restore_bare(keep, np.repeat(np.arange(len(texts)), words_per_text), len(texts))
                 left[bare] = words_per_text[bare]
             kept = keep
             words, words_per_text = words[kept], left
-            text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+            text_of_word = None
+    if text_of_word is None:
+        text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
     if kept is not None and len(gram_texts):
@@ -530,7 +540,7 @@ def _hash_piece(
             if len(short_texts):
                 valid &= ~np.isin(text_of_word[:m], short_texts)
             owner = text_of_word[:m][valid]
-            hashed = (fmix64(combined[valid]) >> np.uint64(32)).astype(np.uint32)
+            hashed = (_fmix64_inplace(combined[valid]) >> np.uint64(32)).astype(np.uint32)
             _sorted_sets(owner, hashed, out)
         # Short texts (1 <= words < ngram) outside the short-text regime: one shingle of all their words.
         one = (words_per_text > 0) & (words_per_text < ngram)
@@ -553,7 +563,52 @@ def _hash_piece(
         _sorted_sets(owner, (grams >> np.uint64(32)).astype(np.uint32), short_out)
         for i, sh in zip(gram_texts.tolist(), short_out):
             out[i] = sh
-    return out
+    return out, reshaped
+
+
+# The lead bytes of the UTF-8 of every character that shingle_form sets apart (SPLIT_SCRIPTS and the
+# Hangul syllables): a text without one of them (and without "https://") is its own shingle form. A
+# lead byte is 0xC0 | c >> 6, 0xE0 | c >> 12 or 0xF0 | c >> 18 for 2-, 3- and 4-byte characters, which
+# grows with c within each length, and no range of SPLIT_SCRIPTS spans two lengths; so the lead bytes
+# of a range are those from its first character's to its last's. (0xE2, the lead byte of U+2000-U+2FFF:
+# punctuation, symbols, arrows, quotes, is none of them.)
+_SPLIT_LEAD = np.zeros(256, dtype=bool)
+for _lo, _hi in [(lo, hi) for lo, hi, _ in SPLIT_SCRIPTS] + [(0xAC00, 0xD7A3)]:
+    _SPLIT_LEAD[chr(_lo).encode("utf-8")[0] : chr(_hi).encode("utf-8")[0] + 1] = True
+
+
+def _shape_piece(forms: Sequence[str], encoded: list[bytes], joined: bytes, ignore_decoration: bool) -> list[int]:
+    """Turn a piece's token forms into shingle forms (:func:`~rag_dedup.normalize.shingle_form`):
+    replace ``encoded[i]`` (the UTF-8 of ``forms[i]``; ``joined`` is them joined by line breaks) for
+    each text whose shingle form differs, and return their indices.
+
+    Only texts holding ``https://`` (with ``ignore_decoration``) or a lead byte of :data:`_SPLIT_LEAD`
+    can differ, and both are looked for in the piece's bytes at once (one substring search; one
+    comparison over the bytes, for a piece that is not all ASCII), so that English text, whose
+    non-ASCII characters are mostly Latin letters and U+2000-U+2FFF punctuation, costs no call per text.
+    """
+    at: list[int] = []  # byte offsets into joined that may make a text differ
+    if ignore_decoration:
+        found = joined.find(b"https://")
+        while found >= 0:
+            at.append(found)
+            found = joined.find(b"https://", found + 8)
+    if not joined.isascii():
+        buf = np.frombuffer(joined, dtype=np.uint8)
+        high = np.flatnonzero(buf >= 0xE0)  # the lead bytes of 3- and 4-byte characters
+        at.extend(high[_SPLIT_LEAD.take(buf.take(high))].tolist())
+    if not at:
+        return []
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(lengths + 1)  # text i's bytes end before ends[i] - 1
+    suspects = set(np.searchsorted(ends, at, side="right").tolist())
+    changed = []
+    for i in sorted(suspects):
+        shaped = shingle_form(forms[i], ignore_decoration=ignore_decoration)
+        if shaped != forms[i]:
+            encoded[i] = shaped.encode("utf-8")
+            changed.append(i)
+    return changed
 
 
 def _short_regime(words_per_text: np.ndarray, short_tokens: int) -> np.ndarray:
@@ -819,26 +874,20 @@ def _run(
                 digests.append(canonical_digest(texts[0]))
             return [one]
     forms: list[str] = []
-    reshaped: list[int] = []  # texts whose shingle form is not their token form
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        form = text if canonicalized else token_form(text)
-        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
-        if shaped is not form:
-            reshaped.append(i)
-        forms.append(shaped)
+        forms.append(text if canonicalized else token_form(text))
     out: list[np.ndarray] = []
-    piece: list[str] = []
-    size = 0
-    for text in forms:
-        piece.append(text)
+    reshaped: list[int] = []  # texts whose shingle form is not their token form
+    start, size = 0, 0
+    for stop, text in enumerate(forms, 1):
         size += len(text) + 1
-        if size >= _PIECE_BYTES:
-            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
-            piece, size = [], 0
-    if piece:
-        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+        if size >= _PIECE_BYTES or stop == len(forms):
+            hashed, shaped = _hash_piece(forms[start:stop], ngram, ignore_decoration, short_tokens, digests)
+            out.extend(hashed)
+            reshaped.extend(start + i for i in shaped)
+            start, size = stop, 0
     if digests is not None:
         for i in reshaped:
             digests[len(digests) - len(texts) + i] = canonical_digest(texts[i])
