@@ -52,16 +52,7 @@ from typing import Literal
 
 import numpy as np
 
-from rag_dedup.normalize import (
-    NUMBERING,
-    SPLIT_SCRIPTS,
-    canonical,
-    gram_text,
-    is_decoration,
-    shingle_form,
-    shingle_tokens,
-    token_form,
-)
+from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -321,7 +312,7 @@ def _leading_numbers(
     firsts = np.concatenate(([0], firsts[firsts < n]))
     firsts = firsts[np.concatenate(([True], firsts[1:] != firsts[:-1]))]  # several breaks in one gap
     if len(dropped):
-        # Runs of consecutive decoration words: run k is dropped[run_first[k]] .. its last_of_run[k].
+        # Runs of consecutive decoration words: run k begins at word run_first[k]; after_run[k] follows it.
         cut = np.flatnonzero(np.diff(dropped) != 1) + 1
         run_first = dropped[np.concatenate(([0], cut))]
         after_run = np.append(dropped[cut - 1], dropped[-1]) + 1
@@ -392,24 +383,33 @@ def _decoration_bytes(token: bytes) -> bool:
     return token.isascii() is False and is_decoration(token.decode("utf-8"))
 
 
-def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Find and hash every word of a UTF-8 buffer: (is_word mask, starts, ends, 64-bit word hashes)."""
+def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Find every word of a UTF-8 buffer: (is_word mask, starts, ends), ``starts`` and ``ends``
+    contiguous (the gathers of the decoration pass and of :func:`_word_hashes` read them)."""
     n = len(buf)
     # Not whitespace: above space, or a control byte outside 9-13 and 28-31 (comparisons beat a table).
-    is_word = (buf > 32) | ((buf < 28) & ((buf < 9) | (buf > 13)))
-    edges = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1
-    if n and is_word[0]:
-        edges = np.concatenate((np.zeros(1, dtype=edges.dtype), edges))
-    if n and is_word[-1]:
-        edges = np.concatenate((edges, np.full(1, n, dtype=edges.dtype)))
-    starts, ends = edges[0::2], edges[1::2]  # word edges alternate: start, end, start, end, ...
+    # The mask is written inside one with a False at each end, so that its changes are the word edges.
+    padded = np.zeros(n + 2, dtype=bool)
+    is_word = padded[1:-1]
+    np.greater(buf, 32, out=is_word)
+    is_word |= (buf < 28) & ((buf < 9) | (buf > 13))
+    edges = np.flatnonzero(padded[1:] != padded[:-1]).reshape(-1, 2)  # start, end, start, end, ...
+    return is_word, edges[:, 0].copy(), edges[:, 1].copy()
+
+
+def _word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The 64-bit hash of each word ``buf[starts[i]:ends[i]]`` (the polynomial of the module docstring)."""
+    n = len(buf)
     _POWERS.ensure(n + 1)
-    with np.errstate(over="ignore"):
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        prefix[0] = 0
-        np.cumsum(buf.astype(np.uint64) * _POWERS.p[:n], out=prefix[1:])
-        words = (prefix[ends] - prefix[starts]) * _POWERS.q[starts]
-    return is_word, starts, ends, words
+    # (array arithmetic wraps modulo 2**64 silently, which is the "mod 2^64" of the module docstring)
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(buf, _POWERS.p[:n], out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    words = prefix[ends]
+    words -= prefix[starts]
+    words *= _POWERS.q[starts]
+    return words
 
 
 def _canonical_bytes(
@@ -486,30 +486,23 @@ def _digests(
 
 def _hash_piece(
     texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int, digests: list[bytes | None] | None = None
-) -> tuple[list[np.ndarray], list[int]]:
-    """Shingle hashes of token-form texts, joined into one buffer; with ``digests``, also append the
-    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words).
-
-    Also returns the indices of the texts whose shingle form is not their token form (see
-    :func:`_shape_piece`): their digests are of the shingle form, and the caller recomputes them."""
+) -> list[np.ndarray]:
+    """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
+    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
     encoded = [t.encode("utf-8") for t in texts]
     joined = b"\n".join(encoded)
-    reshaped = _shape_piece(texts, encoded, joined, ignore_decoration)
-    if reshaped:
-        joined = b"\n".join(encoded)
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
-    is_word, starts, ends, words = _words(buf)
+    is_word, starts, ends = _words(buf)
     # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
     first_word = np.searchsorted(starts, text_starts)
     words_per_text = np.diff(first_word, append=len(starts))
-    text_of_word = None  # the text of each word, when needed
     if digests is not None:
         text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
-    kept = None  # the mask of the words kept, when the decoration rule drops some
     if ignore_decoration and len(starts):
+        # Before the word hashes, which then are of the words kept alone (and while buf is in cache).
         keep, dropped = _decoration_drops(joined, buf, starts, ends)
         if len(dropped):
             left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
@@ -517,16 +510,12 @@ def _hash_piece(
             if bare.any():  # rare: texts of decoration only
                 keep = _restore_bare(keep, np.repeat(np.arange(len(texts)), words_per_text), len(texts))
                 left[bare] = words_per_text[bare]
-            kept = keep
-            words, words_per_text = words[kept], left
+            starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-            text_of_word = None
-    if text_of_word is None:
-        text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+    words = _word_hashes(buf, starts, ends)
+    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
-    if kept is not None and len(gram_texts):
-        starts, ends = starts[kept], ends[kept]
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):
@@ -534,8 +523,9 @@ def _hash_piece(
         m = len(words) - ngram + 1
         if m > 0:
             combined = words[:m] * _C_NP[0]
+            term = np.empty_like(combined)
             for k in range(1, ngram):
-                combined += words[k : k + m] * _C_NP[k]
+                combined += np.multiply(words[k : k + m], _C_NP[k], out=term)
             valid = text_of_word[:m] == text_of_word[ngram - 1 :]
             if len(short_texts):
                 valid &= ~np.isin(text_of_word[:m], short_texts)
@@ -563,52 +553,7 @@ def _hash_piece(
         _sorted_sets(owner, (grams >> np.uint64(32)).astype(np.uint32), short_out)
         for i, sh in zip(gram_texts.tolist(), short_out):
             out[i] = sh
-    return out, reshaped
-
-
-# The lead bytes of the UTF-8 of every character that shingle_form sets apart (SPLIT_SCRIPTS and the
-# Hangul syllables): a text without one of them (and without "https://") is its own shingle form. A
-# lead byte is 0xC0 | c >> 6, 0xE0 | c >> 12 or 0xF0 | c >> 18 for 2-, 3- and 4-byte characters, which
-# grows with c within each length, and no range of SPLIT_SCRIPTS spans two lengths; so the lead bytes
-# of a range are those from its first character's to its last's. (0xE2, the lead byte of U+2000-U+2FFF:
-# punctuation, symbols, arrows, quotes, is none of them.)
-_SPLIT_LEAD = np.zeros(256, dtype=bool)
-for _lo, _hi in [(lo, hi) for lo, hi, _ in SPLIT_SCRIPTS] + [(0xAC00, 0xD7A3)]:
-    _SPLIT_LEAD[chr(_lo).encode("utf-8")[0] : chr(_hi).encode("utf-8")[0] + 1] = True
-
-
-def _shape_piece(forms: Sequence[str], encoded: list[bytes], joined: bytes, ignore_decoration: bool) -> list[int]:
-    """Turn a piece's token forms into shingle forms (:func:`~rag_dedup.normalize.shingle_form`):
-    replace ``encoded[i]`` (the UTF-8 of ``forms[i]``; ``joined`` is them joined by line breaks) for
-    each text whose shingle form differs, and return their indices.
-
-    Only texts holding ``https://`` (with ``ignore_decoration``) or a lead byte of :data:`_SPLIT_LEAD`
-    can differ, and both are looked for in the piece's bytes at once (one substring search; one
-    comparison over the bytes, for a piece that is not all ASCII), so that English text, whose
-    non-ASCII characters are mostly Latin letters and U+2000-U+2FFF punctuation, costs no call per text.
-    """
-    at: list[int] = []  # byte offsets into joined that may make a text differ
-    if ignore_decoration:
-        found = joined.find(b"https://")
-        while found >= 0:
-            at.append(found)
-            found = joined.find(b"https://", found + 8)
-    if not joined.isascii():
-        buf = np.frombuffer(joined, dtype=np.uint8)
-        high = np.flatnonzero(buf >= 0xE0)  # the lead bytes of 3- and 4-byte characters
-        at.extend(high[_SPLIT_LEAD.take(buf.take(high))].tolist())
-    if not at:
-        return []
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    ends = np.cumsum(lengths + 1)  # text i's bytes end before ends[i] - 1
-    suspects = set(np.searchsorted(ends, at, side="right").tolist())
-    changed = []
-    for i in sorted(suspects):
-        shaped = shingle_form(forms[i], ignore_decoration=ignore_decoration)
-        if shaped != forms[i]:
-            encoded[i] = shaped.encode("utf-8")
-            changed.append(i)
-    return changed
+    return out
 
 
 def _short_regime(words_per_text: np.ndarray, short_tokens: int) -> np.ndarray:
@@ -874,20 +819,26 @@ def _run(
                 digests.append(canonical_digest(texts[0]))
             return [one]
     forms: list[str] = []
+    reshaped: list[int] = []  # texts whose shingle form is not their token form
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        forms.append(text if canonicalized else token_form(text))
+        form = text if canonicalized else token_form(text)
+        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        if shaped is not form:
+            reshaped.append(i)
+        forms.append(shaped)
     out: list[np.ndarray] = []
-    reshaped: list[int] = []  # texts whose shingle form is not their token form
-    start, size = 0, 0
-    for stop, text in enumerate(forms, 1):
+    piece: list[str] = []
+    size = 0
+    for text in forms:
+        piece.append(text)
         size += len(text) + 1
-        if size >= _PIECE_BYTES or stop == len(forms):
-            hashed, shaped = _hash_piece(forms[start:stop], ngram, ignore_decoration, short_tokens, digests)
-            out.extend(hashed)
-            reshaped.extend(start + i for i in shaped)
-            start, size = stop, 0
+        if size >= _PIECE_BYTES:
+            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+            piece, size = [], 0
+    if piece:
+        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
     if digests is not None:
         for i in reshaped:
             digests[len(digests) - len(texts) + i] = canonical_digest(texts[i])
