@@ -242,9 +242,21 @@ _NUMBER_FIRST = np.zeros(256, dtype=bool)
 _NUMBER_FIRST[list(b"(ivx0123456789")] = True
 _NUMBER_LAST = np.zeros(256, dtype=bool)
 _NUMBER_LAST[list(b".)")] = True
-# Per byte: bit 0 solid, bit 1 part of a non-ASCII character.
-_KIND = _SOLID.astype(np.uint8)
-_KIND[128:] = 2
+
+
+def _loose(x: np.ndarray) -> np.ndarray:
+    """``_LOOSE[x]`` for a ``uint8`` array, by comparisons: numpy compares a byte array many times
+    faster than it looks bytes up in a table (which first widens the indices). Solid bytes are the
+    ASCII letters (``x | 0x20`` is a lower-case letter), the digits, the bytes below 33 and 127; the
+    tests hold this equal to the table for every byte."""
+    t = x | np.uint8(0x20)
+    t -= np.uint8(97)  # (uint8 arithmetic wraps: below "a" becomes large)
+    solid = t < 26
+    np.subtract(x, np.uint8(48), out=t)
+    solid |= t < 10
+    solid |= x < 33
+    solid |= x == 127
+    return np.logical_not(solid, out=solid)
 
 
 def _restore_bare(keep: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
@@ -281,8 +293,8 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     """
     keep = np.ones(len(starts), dtype=bool)
     # (starts and ends may be strided views, which take() would first copy whole: they are indexed)
-    head = np.flatnonzero(_LOOSE.take(buf.take(starts)))
-    edged = head[_LOOSE.take(buf.take(ends[head] - 1))]
+    head = np.flatnonzero(_loose(buf.take(starts)))
+    edged = head[_loose(buf.take(ends[head] - 1))]
     dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
     leading = _leading_numbers(data, buf, starts, ends, keep, dropped)
     if len(leading):
@@ -359,13 +371,16 @@ def _settle_edged(
     decoration = sizes == 1
     longer = np.flatnonzero(~decoration)
     if len(longer):
-        open_ = longer[_LOOSE.take(buf.take(a[longer] + 1))]  # byte 1 not solid either
+        open_ = longer[_loose(buf.take(a[longer] + 1))]  # byte 1 not solid either
         if len(open_):
             a, e = a[open_], e[open_]
             sizes = e - a
             offsets = np.cumsum(sizes) - sizes
             inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
-            kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
+            # Per byte: bit 0 solid, bit 1 part of a non-ASCII character (which is not solid).
+            kind = np.left_shift((inside >= 128).view(np.uint8), 1)
+            kind |= np.logical_not(_loose(inside)).view(np.uint8)
+            kinds = np.bitwise_or.reduceat(kind, offsets)
             decoration[open_] = kinds == 0  # ASCII punctuation and symbols only
             odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
             if len(odd):
@@ -630,15 +645,17 @@ def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -
     width = int(counts.max())
     if width * len(owners) <= 4 * len(values) + 4096:
         padded = np.full((len(owners), width), 0xFFFFFFFF, dtype=np.uint32)
-        column = np.arange(len(values)) - np.repeat(first, counts)
-        padded[np.repeat(np.arange(len(owners)), counts), column] = values
+        # Value j of row r (the r-th owner) goes to flat slot r * width + (j - first[r]).
+        slot = np.repeat(np.arange(0, len(owners) * width, width) - first, counts)
+        slot += np.arange(len(values))
+        padded.ravel()[slot] = values
         padded.sort(axis=1)
         # The first counts[i] sorted entries of row i are its values (a pad sorts last, and a real
         # 0xFFFFFFFF among the pads is equal to them anyway); keep each first of a run of equals.
         keep = np.arange(width) < counts[:, None]
         keep[:, 1:] &= padded[:, 1:] != padded[:, :-1]
         flat = padded[keep]
-        sizes = keep.sum(axis=1)
+        sizes = np.count_nonzero(keep, axis=1)
     else:
         tagged = np.sort((owner.astype(np.uint64) << np.uint64(32)) | values.astype(np.uint64))
         keep = np.empty(len(tagged), dtype=bool)
