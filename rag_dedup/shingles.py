@@ -133,10 +133,11 @@ _C_NP = np.array(_C, dtype=np.uint64)
 # and space: 9-13, 28-32), the same set as str.split(). canonical() leaves only spaces and newlines,
 # token_form() may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
 # Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries
-# (and spreads the fixed cost of the few dozen small array operations per piece of the decoration rule:
-# on bench_scripts.py section 4's chunks, pieces of 2^15, 2^16 and 2^17 bytes took 1.41x, 1.11x and
-# 1.00x the time of 2^18, and 2^19 0.92x).
-_PIECE_BYTES = 1 << 18
+# (4 MiB of prefix sums), and spreads the fixed cost of the few dozen small array operations per piece
+# (most of them the decoration rule's): on bench_scripts.py section 4's chunks, shingling took 1.54x,
+# 1.21x, 1.09x and 1.09x the time of 2^19-byte pieces with pieces of 2^15 to 2^18 bytes, and text ->
+# signature 1.14x with 2^18 and 1.04x with 2^20 (two runs on a loaded machine).
+_PIECE_BYTES = 1 << 19
 
 
 def _fmix64_py(x: int) -> int:
