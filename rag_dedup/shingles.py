@@ -133,9 +133,11 @@ _C_NP = np.array(_C, dtype=np.uint64)
 # and space: 9-13, 28-32), the same set as str.split(). canonical() leaves only spaces and newlines,
 # token_form() may leave any of them; no byte of a multi-byte UTF-8 sequence is below 0x80.
 # Texts are hashed in pieces of about this many bytes, which bounds the power tables and temporaries
-# (and spreads the fixed cost of the few dozen small array operations per piece of the decoration rule;
-# bench_scripts.py section 4 compares piece sizes).
-_PIECE_BYTES = 1 << 18
+# (4 MiB of prefix sums), and spreads the fixed cost of the few dozen small array operations per piece
+# (most of them the decoration rule's): on bench_scripts.py section 4's chunks, shingling took 1.54x,
+# 1.21x, 1.09x and 1.09x the time of 2^19-byte pieces with pieces of 2^15 to 2^18 bytes, and text ->
+# signature 1.14x with 2^18 and 1.04x with 2^20 (two runs on a loaded machine).
+_PIECE_BYTES = 1 << 19
 
 
 def _fmix64_py(x: int) -> int:
@@ -242,14 +244,21 @@ _NUMBER_FIRST = np.zeros(256, dtype=bool)
 _NUMBER_FIRST[list(b"(ivx0123456789")] = True
 _NUMBER_LAST = np.zeros(256, dtype=bool)
 _NUMBER_LAST[list(b".)")] = True
-# Not solid, or whitespace (which is in no word): byte 1 of a decoration candidate that leaves it open.
-_INNER_LOOSE = _LOOSE.copy()
-_INNER_LOOSE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-_NOT_BREAK = np.ones(256, dtype=bool)
-_NOT_BREAK[[10, 13]] = False
-# Per byte: bit 0 solid, bit 1 part of a non-ASCII character.
-_KIND = _SOLID.astype(np.uint8)
-_KIND[128:] = 2
+
+
+def _loose(x: np.ndarray) -> np.ndarray:
+    """``_LOOSE[x]`` for a ``uint8`` array, by comparisons: numpy compares a byte array many times
+    faster than it looks bytes up in a table (which first widens the indices). Solid bytes are the
+    ASCII letters (``x | 0x20`` is a lower-case letter), the digits, the bytes below 33 and 127; the
+    tests hold this equal to the table for every byte."""
+    t = x | np.uint8(0x20)
+    t -= np.uint8(97)  # (uint8 arithmetic wraps: below "a" becomes large)
+    solid = t < 26
+    np.subtract(x, np.uint8(48), out=t)
+    solid |= t < 10
+    solid |= x < 33
+    solid |= x == 127
+    return np.logical_not(solid, out=solid)
 
 
 def _restore_bare(keep: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
@@ -271,108 +280,115 @@ def _decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np
     """Which words the decoration rule keeps (see :func:`~rag_dedup.normalize.shingle_tokens`), in bulk.
 
     ``starts``/``ends`` are the words of ``buf`` (the bytes of ``data``, texts joined by line breaks).
-    Only words whose first and last bytes are not solid can be decoration, and only short words
-    ending in "." or ")" (not solid either) can be numbers: one gather over the words (their last
-    bytes) finds the words that may be either (about a fifth of prose's words: those ending in
-    punctuation), and only these are looked at further, with operations on them alone. A number is dropped when it is *leading*: every word
-    before it on its line is dropped too.
+    Two passes, each over candidates only:
+
+    * punctuation-only words: only words whose first and last bytes are not solid can be decoration.
+      One gather over the words (their first bytes) finds the words that may be (those starting with
+      punctuation or a non-ASCII character, about a sixth of prose's words), a second gather over
+      those alone their last bytes, and :func:`_settle_edged` decides the rest;
+    * numbers: a number is dropped only when it *leads* its line (every word before it on the line is
+      dropped), so only the first word of each line can begin a run of dropped words, and the run is
+      followed from there (:func:`_leading_numbers`), never over all the words.
 
     Returns ``(keep, dropped)``: the mask of the words kept, and the indices of the others (in no
     particular order), so that callers need no pass over all words to find the few dropped.
     """
     keep = np.ones(len(starts), dtype=bool)
     # (starts and ends may be strided views, which take() would first copy whole: they are indexed)
-    loose = np.flatnonzero(_LOOSE.take(buf.take(ends - 1)))  # candidates of either kind
-    head = buf.take(starts[loose])
-    edged = loose[_LOOSE.take(head)]
+    head = np.flatnonzero(_loose(buf.take(starts)))
+    edged = head[_loose(buf.take(ends[head] - 1))]
     dropped = _settle_edged(data, buf, starts[edged], ends[edged], edged, keep) if len(edged) else edged
-    last = _NUMBER_LAST.take(buf.take(ends[loose] - 1))
-    numbers, head = loose[last], head[last]
-    if not len(numbers):
-        return keep, dropped
-    sizes = ends[numbers] - starts[numbers]
-    numbers = numbers[(sizes <= _NUMBERING_MAX) & ((sizes == 2) | _NUMBER_FIRST.take(head)) & keep[numbers]]
-    if not len(numbers):
-        return keep, dropped
-    # A candidate right after a kept word that is no candidate (so stays kept), with one byte between
-    # them that is no line break, does not lead its line: that settles most at once. The others are
-    # walked back over the dropped words before them, in order (a number dropped drops for the next).
-    previous = np.maximum(numbers - 1, 0)  # (the first word is its own "previous": a gap of -size)
-    after = ends[previous]
-    settled = keep[previous] & (starts[numbers] - after == 1) & _NOT_BREAK.take(buf.take(after, mode="clip"))
-    settled[1:] &= numbers[1:] - 1 != numbers[:-1]
-    walk = _walk_back(buf, starts, ends, keep, numbers[~settled]) if not settled.all() else numbers[:0]
-    leading = []
-    for i in walk.tolist():
-        j = i  # walk back over dropped words on the line: leading when none is kept
-        while j > 0 and not _breaks(data, int(ends[j - 1]), int(starts[j])) and not keep[j - 1]:
-            j -= 1
-        if (j == 0 or _breaks(data, int(ends[j - 1]), int(starts[j]))) and _NUMBERING_BYTES.fullmatch(
-            data, int(starts[i]), int(ends[i])
-        ) is not None:
-            keep[i] = False
-            leading.append(i)
-    if leading:
-        dropped = np.concatenate((dropped, np.array(leading, dtype=dropped.dtype)))
+    leading = _leading_numbers(data, buf, starts, ends, keep, dropped)
+    if len(leading):
+        dropped = np.concatenate((dropped, leading))
     return keep, dropped
 
 
-# Steps of _walk_back: a number after one or two dropped words (" . 1.", "- * 2.") is settled there.
-_WALK_STEPS = 3
+def _leading_numbers(
+    data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, dropped: np.ndarray
+) -> np.ndarray:
+    """Clear ``keep`` of the numbers (:data:`~rag_dedup.normalize.NUMBERING`) that lead their line, and
+    return their indices. ``dropped`` (ascending) are the decoration words, already cleared.
 
-
-def _walk_back(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, open_: np.ndarray) -> np.ndarray:
-    """The candidates of ``open_`` (ascending word indices, kept so far) whose walk back does not end at
-    a kept word in at most _WALK_STEPS steps: the others are settled (not leading), in bulk.
-
-    A step goes from a word to the one before it when one byte that is no line break lies between
-    them (so they share a line). The walk ends, settled, at a kept word that is not itself in
-    ``open_`` (only those may still be dropped, which would let the walk go on past them). A walk
-    that meets a wider gap, a line break or the first word, or runs out of steps, is left open.
+    A line's *leading run* is its first word and the words after it while each is dropped. Starting
+    at the first word of every line (the word after each LF or CR, and word 0), a step skips a run of
+    consecutive decoration words at once (to the word after the run, if that is on the same line:
+    no line's first word lies in between), then looks at the one word reached, which leads its line:
+    a number is dropped and the run goes on with the next word on the line; any other word ends it.
+    So there are as many steps as numbers in the longest leading run (plus one), each on arrays of
+    at most one word per line.
     """
-    is_open = np.zeros(len(keep), dtype=bool)
-    is_open[open_] = True
-    at = open_.copy()
-    walking = np.ones(len(at), dtype=bool)
-    settled = np.zeros(len(at), dtype=bool)
-    for _ in range(_WALK_STEPS):
-        before = np.maximum(at - 1, 0)
-        gap = ends[before]  # (indexed, not take(): starts and ends may be strided views)
-        step = walking & (at > 0) & (starts[at] - gap == 1) & _NOT_BREAK.take(buf.take(gap, mode="clip"))
-        kept = keep.take(before)
-        settled |= step & kept & ~is_open.take(before)
-        walking = step & ~kept
-        if not walking.any():
+    n = len(starts)
+    breaks = np.flatnonzero(buf == 10)
+    if b"\r" in data:
+        breaks = np.union1d(breaks, np.flatnonzero(buf == 13))
+    firsts = np.searchsorted(starts, breaks)  # the word after each line break (ascending; n past the last)
+    firsts = np.concatenate(([0], firsts[firsts < n]))
+    firsts = firsts[np.concatenate(([True], firsts[1:] != firsts[:-1]))]  # several breaks in one gap
+    if len(dropped):
+        # Runs of consecutive decoration words: run k begins at word run_first[k]; after_run[k] follows it.
+        cut = np.flatnonzero(np.diff(dropped) != 1) + 1
+        run_first = dropped[np.concatenate(([0], cut))]
+        after_run = np.append(dropped[cut - 1], dropped[-1]) + 1
+    out: list[int] = []
+    at = firsts
+    while len(at):
+        if len(dropped):
+            skip = ~keep.take(at)
+            if skip.any():
+                # (no number was dropped yet at these words: `at` holds line firsts and words after a number)
+                from_ = at[skip]
+                to = after_run[np.searchsorted(run_first, from_, side="right") - 1]
+                lines_before = np.searchsorted(firsts, from_, side="right")
+                same_line = (to < n) & (np.searchsorted(firsts, to, side="right") == lines_before)
+                at = np.concatenate((at[~skip], to[same_line]))
+        a, e = starts[at], ends[at]
+        size = e - a
+        shaped = (size <= _NUMBERING_MAX) & _NUMBER_LAST.take(buf.take(e - 1)) & ((size == 2) | _NUMBER_FIRST.take(buf.take(a)))
+        spans = zip(at[shaped].tolist(), a[shaped].tolist(), e[shaped].tolist())
+        numbers = [i for i, x, y in spans if _NUMBERING_BYTES.fullmatch(data, x, y)]
+        if not numbers:
             break
-        at = np.where(walking, before, at)
-    return open_[~settled]
+        out.extend(numbers)
+        nxt = np.array(numbers, dtype=np.int64) + 1
+        keep[nxt - 1] = False
+        nxt = nxt[nxt < n]
+        at = nxt[firsts[np.minimum(np.searchsorted(firsts, nxt), len(firsts) - 1)] != nxt]  # not a line's first
+    return np.array(out, dtype=np.int64)
 
 
 def _settle_edged(
     data: bytes, buf: np.ndarray, a: np.ndarray, e: np.ndarray, edged: np.ndarray, keep: np.ndarray
 ) -> np.ndarray:
     """Clear ``keep`` of the decoration among the candidates ``edged`` (words ``a``..``e`` whose first
-    and last bytes are not solid), and return their indices: a word with a solid byte is kept, a word
-    of ASCII bytes without one is decoration, and the rest (non-ASCII punctuation or letters) go to
-    :func:`_decoration_bytes` one by one.
+    and last bytes are not solid), and return their indices (ascending): a word with a solid byte is
+    kept, a word of ASCII bytes without one is decoration, and the rest (non-ASCII punctuation or
+    letters) go to :func:`_decoration_bytes` one by one.
 
-    Byte 1 settles most long candidates at once ("(c)", "<name@host>"); the bytes of the others are
-    gathered together and their classes or-ed per word (``reduceat``: a word has at least one byte,
-    so no segment is empty).
+    A one-byte candidate is decoration without a look (an ASCII punctuation mark or symbol: in UTF-8
+    every byte of a longer character is 0x80 or above and comes with others; half the candidates of
+    real text: ``*``, ``-``, ``|``). Of the longer ones, byte 1 settles most at once ("(c)",
+    "<name@host>"); the bytes of the others are gathered together and their classes or-ed per word
+    (``reduceat``: a word has at least one byte, so no segment is empty).
     """
-    # (byte 1 of a one-byte word is whitespace, or past the buffer: "clip" reads the word itself)
-    rest = np.flatnonzero(_INNER_LOOSE.take(buf.take(a + 1, mode="clip")))
-    if not len(rest):
-        return rest
-    a, e, edged = a[rest], e[rest], edged[rest]
     sizes = e - a
-    offsets = np.cumsum(sizes) - sizes
-    inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
-    kinds = np.bitwise_or.reduceat(_KIND.take(inside), offsets)
-    decoration = kinds == 0  # ASCII punctuation and symbols only
-    odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
-    if len(odd):
-        decoration[odd] = [_decoration_bytes(data[x:y]) for x, y in zip(a[odd].tolist(), e[odd].tolist())]
+    decoration = sizes == 1
+    longer = np.flatnonzero(~decoration)
+    if len(longer):
+        open_ = longer[_loose(buf.take(a[longer] + 1))]  # byte 1 not solid either
+        if len(open_):
+            a, e = a[open_], e[open_]
+            sizes = e - a
+            offsets = np.cumsum(sizes) - sizes
+            inside = buf[np.repeat(a - offsets, sizes) + np.arange(int(offsets[-1] + sizes[-1]))]
+            # Per byte: bit 0 solid, bit 1 part of a non-ASCII character (which is not solid).
+            kind = np.left_shift((inside >= 128).view(np.uint8), 1)
+            kind |= np.logical_not(_loose(inside)).view(np.uint8)
+            kinds = np.bitwise_or.reduceat(kind, offsets)
+            decoration[open_] = kinds == 0  # ASCII punctuation and symbols only
+            odd = np.flatnonzero(kinds == 2)  # non-ASCII, no solid byte
+            if len(odd):
+                decoration[open_[odd]] = [_decoration_bytes(data[x:y]) for x, y in zip(a[odd].tolist(), e[odd].tolist())]
     dropped = edged[decoration]
     keep[dropped] = False
     return dropped
@@ -386,29 +402,33 @@ def _decoration_bytes(token: bytes) -> bool:
     return token.isascii() is False and is_decoration(token.decode("utf-8"))
 
 
-def _breaks(data: bytes, start: int, end: int) -> bool:
-    """``data[start:end]`` holds a line break (LF or CR)."""
-    return data.find(b"\n", start, end) >= 0 or data.find(b"\r", start, end) >= 0
-
-
-def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Find and hash every word of a UTF-8 buffer: (is_word mask, starts, ends, 64-bit word hashes)."""
+def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Find every word of a UTF-8 buffer: (is_word mask, starts, ends), ``starts`` and ``ends``
+    contiguous (the gathers of the decoration pass and of :func:`_word_hashes` read them)."""
     n = len(buf)
     # Not whitespace: above space, or a control byte outside 9-13 and 28-31 (comparisons beat a table).
-    is_word = (buf > 32) | ((buf < 28) & ((buf < 9) | (buf > 13)))
-    edges = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1
-    if n and is_word[0]:
-        edges = np.concatenate((np.zeros(1, dtype=edges.dtype), edges))
-    if n and is_word[-1]:
-        edges = np.concatenate((edges, np.full(1, n, dtype=edges.dtype)))
-    starts, ends = edges[0::2], edges[1::2]  # word edges alternate: start, end, start, end, ...
+    # The mask is written inside one with a False at each end, so that its changes are the word edges.
+    padded = np.zeros(n + 2, dtype=bool)
+    is_word = padded[1:-1]
+    np.greater(buf, 32, out=is_word)
+    is_word |= (buf < 28) & ((buf < 9) | (buf > 13))
+    edges = np.flatnonzero(padded[1:] != padded[:-1]).reshape(-1, 2)  # start, end, start, end, ...
+    return is_word, edges[:, 0].copy(), edges[:, 1].copy()
+
+
+def _word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The 64-bit hash of each word ``buf[starts[i]:ends[i]]`` (the polynomial of the module docstring)."""
+    n = len(buf)
     _POWERS.ensure(n + 1)
-    with np.errstate(over="ignore"):
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        prefix[0] = 0
-        np.cumsum(buf.astype(np.uint64) * _POWERS.p[:n], out=prefix[1:])
-        words = (prefix[ends] - prefix[starts]) * _POWERS.q[starts]
-    return is_word, starts, ends, words
+    # (array arithmetic wraps modulo 2**64 silently, which is the "mod 2^64" of the module docstring)
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(buf, _POWERS.p[:n], out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    words = prefix[ends]
+    words -= prefix[starts]
+    words *= _POWERS.q[starts]
+    return words
 
 
 def _canonical_bytes(
@@ -489,34 +509,32 @@ def _hash_piece(
     """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
     16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
     encoded = [t.encode("utf-8") for t in texts]
-    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     joined = b"\n".join(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
-    is_word, starts, ends, words = _words(buf)
+    is_word, starts, ends = _words(buf)
     # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
     first_word = np.searchsorted(starts, text_starts)
     words_per_text = np.diff(first_word, append=len(starts))
-    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     if digests is not None:
+        text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
-    kept = None  # the mask of the words kept, when the decoration rule drops some
     if ignore_decoration and len(starts):
+        # Before the word hashes, which then are of the words kept alone (and while buf is in cache).
         keep, dropped = _decoration_drops(joined, buf, starts, ends)
         if len(dropped):
-            left = words_per_text - np.bincount(text_of_word[dropped], minlength=len(texts))
+            left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
             if bare.any():  # rare: texts of decoration only
-                keep = _restore_bare(keep, text_of_word, len(texts))
+                keep = _restore_bare(keep, np.repeat(np.arange(len(texts)), words_per_text), len(texts))
                 left[bare] = words_per_text[bare]
-            kept = keep
-            words, words_per_text = words[kept], left
-            text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+            starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
+    words = _word_hashes(buf, starts, ends)
+    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
-    if kept is not None and len(gram_texts):
-        starts, ends = starts[kept], ends[kept]
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
     with np.errstate(over="ignore"):
@@ -524,13 +542,14 @@ def _hash_piece(
         m = len(words) - ngram + 1
         if m > 0:
             combined = words[:m] * _C_NP[0]
+            term = np.empty_like(combined)
             for k in range(1, ngram):
-                combined += words[k : k + m] * _C_NP[k]
+                combined += np.multiply(words[k : k + m], _C_NP[k], out=term)
             valid = text_of_word[:m] == text_of_word[ngram - 1 :]
             if len(short_texts):
                 valid &= ~np.isin(text_of_word[:m], short_texts)
             owner = text_of_word[:m][valid]
-            hashed = (fmix64(combined[valid]) >> np.uint64(32)).astype(np.uint32)
+            hashed = (_fmix64_inplace(combined[valid]) >> np.uint64(32)).astype(np.uint32)
             _sorted_sets(owner, hashed, out)
         # Short texts (1 <= words < ngram) outside the short-text regime: one shingle of all their words.
         one = (words_per_text > 0) & (words_per_text < ngram)
@@ -630,15 +649,17 @@ def _sorted_sets(owner: np.ndarray, values: np.ndarray, out: list[np.ndarray]) -
     width = int(counts.max())
     if width * len(owners) <= 4 * len(values) + 4096:
         padded = np.full((len(owners), width), 0xFFFFFFFF, dtype=np.uint32)
-        column = np.arange(len(values)) - np.repeat(first, counts)
-        padded[np.repeat(np.arange(len(owners)), counts), column] = values
+        # Value j of row r (the r-th owner) goes to flat slot r * width + (j - first[r]).
+        slot = np.repeat(np.arange(0, len(owners) * width, width) - first, counts)
+        slot += np.arange(len(values))
+        padded.ravel()[slot] = values
         padded.sort(axis=1)
         # The first counts[i] sorted entries of row i are its values (a pad sorts last, and a real
         # 0xFFFFFFFF among the pads is equal to them anyway); keep each first of a run of equals.
         keep = np.arange(width) < counts[:, None]
         keep[:, 1:] &= padded[:, 1:] != padded[:, :-1]
         flat = padded[keep]
-        sizes = keep.sum(axis=1)
+        sizes = np.count_nonzero(keep, axis=1)
     else:
         tagged = np.sort((owner.astype(np.uint64) << np.uint64(32)) | values.astype(np.uint64))
         keep = np.empty(len(tagged), dtype=bool)

@@ -15,6 +15,7 @@ from tests.corpus import chunks, documents
 from rag_dedup import DedupIndex
 from rag_dedup.index import SHINGLING, IndexMismatchError
 from rag_dedup.normalize import shingle_tokens, token_form
+from rag_dedup import shingles
 from rag_dedup.storage import directory
 from rag_dedup.storage.directory import MANIFEST
 from rag_dedup.shingles import (
@@ -136,6 +137,47 @@ def test_numbers_after_a_kept_candidate_equal_the_reference(text: str) -> None:
         assert [len(s) for s in stream_sets(texts, short_tokens=0)] == [
             len(s) for s in shingle_hashes_many(texts, short_tokens=0)
         ]
+
+
+LINE_TOKENS = ["*", "-", "#", "//", "•", "—", "1.", "12)", "(a)", "iv)", "b.", "x.", "2(a)", "(4)", "it.", "word", "of", "é."]
+LINE_BREAKS = ["\n", "\r\n", "\r", "\n\n", " \n ", "\n\t"]
+
+
+@st.composite
+def lines_of_markers(draw: st.DrawFn) -> str:
+    """A text of 1-6 lines, each a run of markers, numbers and words, then five words, each ended by
+    one of the line breaks."""
+    lines = draw(st.lists(st.lists(st.sampled_from(LINE_TOKENS), max_size=8), min_size=1, max_size=6))
+    return "".join(" ".join(line + ["a b c d e"]) + draw(st.sampled_from(LINE_BREAKS)) for line in lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(lines_of_markers(), min_size=1, max_size=8))
+def test_bulk_decoration_equals_the_reference_on_lines_of_markers_and_numbers(texts: list[str]) -> None:
+    """The bulk decoration pass (punctuation-only words by their first and last bytes, leading numbers
+    followed from each line's first word over runs of dropped words) against the plain-Python rule,
+    on lines that begin with marker and number runs, every kind of line break, several texts per batch."""
+    for text, got in zip(texts, shingle_hashes_many(texts, short_tokens=0)):
+        assert np.array_equal(got, reference_shingle_hashes(text, short_tokens=0)), text
+    assert [len(s) for s in stream_sets(texts, short_tokens=0)] == [len(s) for s in shingle_hashes_many(texts, short_tokens=0)]
+
+
+def test_bulk_decoration_equals_the_reference_on_the_corpus_as_lists() -> None:
+    """The shipped corpus, line by line, with list markers and numbers put before its lines (one line
+    in three), in 12-line chunks: the bulk decoration pass equals the reference."""
+    markers = ["* ", "- ", "1. ", "(a) ", "* 2. ", "iv) ", " // ", "• (b) "]
+    texts = []
+    for doc in documents().values():
+        lines = [(markers[i % len(markers)] if i % 3 == 0 else "") + line for i, line in enumerate(doc.splitlines())]
+        texts += ["\n".join(lines[i : i + 12]) for i in range(0, len(lines), 12)]
+    for text, got in zip(texts, shingle_hashes_many(texts)):
+        assert np.array_equal(got, reference_shingle_hashes(text)), text
+
+
+def test_loose_bytes_by_comparisons_equal_the_table() -> None:
+    """The decoration pass classifies bytes by comparisons (its fast path); the table is the rule."""
+    every = np.arange(256, dtype=np.uint8)
+    assert np.array_equal(shingles._loose(every), shingles._LOOSE)
 
 
 def test_bulk_shingles_equal_the_reference_across_the_short_regime_boundaries() -> None:
