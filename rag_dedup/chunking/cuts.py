@@ -25,6 +25,8 @@ _BLAKE2B = hashlib.blake2b(digest_size=8, person=b"rag-dedup-cdc1")
 _TWO_64 = float(2**64)
 # A run of short blocks is one body up to this many mean bodies (or the body budget, if smaller).
 _GROUP_BODIES = 4
+# No content-defined cut leaves fewer than this share of a mean body of its block after it.
+_TAIL_FRACTION = 0.5
 
 
 def _cut_probability(tokens: int, mean: float) -> float:
@@ -50,9 +52,11 @@ def plan_chunks(
     * before a heading, and before a block when that block or the block before it has at least
       ``min_block`` tokens (such a block gets chunks of its own);
     * inside a block of ``min_block`` tokens or more, after unit ``i`` when
-      ``scores[i] < 1 - exp(-tokens[i] / mean_body)``: a decision of that unit alone, whatever came
-      before it (no minimum body size, which would make each cut depend on the previous one and
-      leave the cuts inside a shared passage to resynchronise);
+      ``scores[i] < 1 - exp(-tokens[i] / mean_body)`` and at least ``mean_body / 2`` tokens of the
+      block follow it: a decision of that unit and the text right after it, whatever came before
+      it (no minimum body size, which would make each cut depend on the previous one and leave the
+      cuts inside a shared passage to resynchronise; the tail rule keeps a block's last chunk from
+      being a sliver);
     * otherwise at :func:`_forced_cut` when the next unit would take it past
       ``chunk_size - chunk_overlap`` tokens. So a run of short blocks (list items, short
       paragraphs, each under ``min_block``) is one body up to that budget instead of a chunk per
@@ -77,7 +81,7 @@ def plan_chunks(
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
     hard = [False] * n  # a body must end before unit i
-    free = [False] * n  # unit i is in a block of min_block tokens or more: a cut after it may be content-defined
+    free = [False] * n  # a content-defined cut may follow unit i
     last_block = 0
     long_block = False
     for i in range(n):
@@ -88,6 +92,12 @@ def plan_chunks(
             last_block = block_tokens[i]
             long_block = last_block >= min_block
         free[i] = long_block
+    tail_min = mean_body * _TAIL_FRACTION
+    following = 0.0  # the tokens of unit i's block after unit i
+    for i in range(n - 1, -1, -1):
+        if following < tail_min:
+            free[i] = False
+        following = 0.0 if kinds[i] != CONTINUES else following + tokens[i] + gaps[i]
     group_max = max(1, min(body_max, int(_GROUP_BODIES * mean_body)))
     plan: list[tuple[int, int, int]] = []
     prev_body = 0
