@@ -102,7 +102,7 @@ def _add_corpus_args(p: argparse.ArgumentParser, *, threshold: bool = True) -> N
     p.add_argument("--chunk-overlap", type=_integer, default=64,
                    help="tokens shared by consecutive chunks (default 64)")
     p.add_argument("--chunk-target", type=_integer, default=None,
-                   help="mean tokens per chunk to aim for, at most --chunk-size (default 7/16 of it)")
+                   help="mean tokens per chunk to aim for, at most --chunk-size (default 3/8 of it)")
     p.add_argument("--num-perm", type=_integer, default=128, help="MinHash permutations (default 128)")
     p.add_argument("--ngram", type=_integer, default=5, help="words per shingle (default 5)")
 

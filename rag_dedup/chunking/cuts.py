@@ -23,6 +23,10 @@ __all__ = ["plan_chunks", "unit_hash"]
 # [0, 1) that is the same on every machine and every run (Python's hash() is salted per process).
 _BLAKE2B = hashlib.blake2b(digest_size=8, person=b"rag-dedup-cdc1")
 _TWO_64 = float(2**64)
+# A run of short blocks is one body up to this many mean bodies (or the body budget, if smaller).
+_GROUP_BODIES = 4
+# No content-defined cut leaves fewer than this share of a mean body of its block after it.
+_TAIL_FRACTION = 0.5
 
 
 def _cut_probability(tokens: int, mean: float) -> float:
@@ -46,19 +50,27 @@ def plan_chunks(
     A body (a chunk without its overlap) starts where the previous one ended, and ends
 
     * before a heading, and before a block when that block or the block before it has at least
-      ``min_block`` tokens;
-    * after unit ``i`` when ``scores[i] < 1 - exp(-tokens[i] / mean_body)``: a decision of that
-      unit alone, whatever came before it (no minimum body size, which would make each cut depend
-      on the previous one and leave the cuts inside a shared passage to resynchronise);
+      ``min_block`` tokens (such a block gets chunks of its own);
+    * inside a block of ``min_block`` tokens or more, after unit ``i`` when
+      ``scores[i] < 1 - exp(-tokens[i] / mean_body)`` and at least ``mean_body / 2`` tokens of the
+      block follow it: a decision of that unit and the text right after it, whatever came before
+      it (no minimum body size, which would make each cut depend on the previous one and leave the
+      cuts inside a shared passage to resynchronise; the tail rule keeps a block's last chunk from
+      being a sliver);
     * otherwise at :func:`_forced_cut` when the next unit would take it past
-      ``chunk_size - chunk_overlap`` tokens.
+      ``chunk_size - chunk_overlap`` tokens. So a run of short blocks (list items, short
+      paragraphs, each under ``min_block``) is one body up to that budget instead of a chunk per
+      block or per few sentences.
 
     A body's size is its first unit's tokens plus the tokens and gaps of the others, so it does not
     depend on the whitespace before it. A unit of more than ``chunk_size - chunk_overlap`` tokens is
-    a body of its own. A body that continues a block is preceded by the whole trailing units of the
+    a body of its own. A body that continues a block is preceded by whole trailing units of the
     previous body, within the same block, whose tokens (with the gaps between them and the gap
-    before the body) fit in ``min(chunk_overlap, chunk_size - body)``; never by the whole previous
-    body, so no two chunks start at the same unit.
+    before the body) fit in ``min(chunk_overlap, chunk_size - body)``: the whole previous body when
+    it fits, so in running text a chunk is mostly two consecutive bodies and each cut ends one
+    chunk and starts the overlap of the next. When that whole previous body was a chunk without
+    overlap of its own, that chunk would be a prefix of this one: the two are one chunk, whose body
+    is both bodies. So no two chunks start at the same unit.
 
     Returns:
         ``(first, body_first, end)`` per chunk: units ``[first, end)`` form the chunk, of which
@@ -69,18 +81,31 @@ def plan_chunks(
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
     hard = [False] * n  # a body must end before unit i
+    free = [False] * n  # a content-defined cut may follow unit i
     last_block = 0
+    long_block = False
     for i in range(n):
-        if kinds[i] != CONTINUES:
+        if kinds[i] != CONTINUES or i == 0:
             hard[i] = i > 0 and (
                 kinds[i] == STARTS_HEADING or block_tokens[i] >= min_block or last_block >= min_block
             )
             last_block = block_tokens[i]
+            long_block = last_block >= min_block
+        free[i] = long_block
+    tail_min = mean_body * _TAIL_FRACTION
+    following = 0.0  # the tokens of unit i's block after unit i
+    for i in range(n - 1, -1, -1):
+        if following < tail_min:
+            free[i] = False
+        following = 0.0 if kinds[i] != CONTINUES else following + tokens[i] + gaps[i]
+    group_max = max(1, min(body_max, int(_GROUP_BODIES * mean_body)))
     plan: list[tuple[int, int, int]] = []
     prev_body = 0
+    prev_first = 0
     s = 0
     while s < n:
-        if tokens[s] > body_max:
+        limit = body_max if free[s] else group_max
+        if tokens[s] > limit:
             end, body = s + 1, tokens[s]  # fits the chunk only without (most of) the overlap
         else:
             acc, i, end = 0, s, -1
@@ -89,17 +114,17 @@ def plan_chunks(
                     end = i
                     break
                 cost = tokens[i] if i == s else tokens[i] + gaps[i]
-                if acc + cost > body_max:
+                if acc + cost > limit:
                     break
                 acc += cost
                 i += 1
-                if score(i - 1) < _cut_probability(tokens[i - 1], mean_body):
+                if free[i - 1] and score(i - 1) < _cut_probability(tokens[i - 1], mean_body):
                     end = i
                     break
             body = acc  # the cost of units [s, i), and i == end unless the cut is forced
             if end < 0:
                 if i < n:
-                    end = _forced_cut(tokens, gaps, score, s, i, body_max)
+                    end = _forced_cut(tokens, gaps, score, s, i, limit)
                     body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
                 else:
                     end = n
@@ -107,13 +132,18 @@ def plan_chunks(
         if plan and kinds[s] == CONTINUES:
             room = min(chunk_overlap, chunk_size - body)
             rest = gaps[s]  # what the overlap adds besides its first unit's tokens
-            while first > prev_body + 1 and tokens[first - 1] + rest <= room:
+            while first > prev_body and tokens[first - 1] + rest <= room:
                 first -= 1
                 rest += tokens[first] + gaps[first]
                 if kinds[first] != CONTINUES:  # the block's first unit: go no further back
                     break
+            if first == prev_body == prev_first:  # the previous chunk is a prefix of this one: one chunk
+                plan.pop()
+                plan.append((first, first, end))
+                prev_body, prev_first, s = s, first, end
+                continue
         plan.append((first, s, end))
-        prev_body, s = s, end
+        prev_body, prev_first, s = s, first, end
     return plan
 
 

@@ -3,7 +3,7 @@
 The algorithm's behaviour on real text is tested through SentenceChunker in
 tests/llama_index/test_chunking.py; here: the core imports no framework, gives the same spans as the
 LlamaIndex wrapper with the same tokenizer, reports each chunk's overlap, validates its settings,
-pickles, and bounds its memos.
+pickles, and bounds its memos; and the cut plan's rules on hand-made units.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from llama_index.core.utils import get_tokenizer
 
 import rag_dedup.chunking.chunker
 import rag_dedup.chunking.memo
-from rag_dedup.chunking import Chunk, Chunker, TokenCounts
+from rag_dedup.chunking import CONTINUES, STARTS_BLOCK, Chunk, Chunker, TokenCounts, Units, plan_chunks
 from rag_dedup.chunking.memo import BoundedMemo
 from rag_dedup.llama_index.chunking import SentenceChunker
 
@@ -131,3 +131,42 @@ def test_the_docstring_examples_run() -> None:
     for module in (rag_dedup.chunking.chunker, rag_dedup.chunking.memo):
         result = doctest.testmod(module)
         assert result.attempted >= 1 and result.failed == 0
+
+
+# ---------------------------------------------------------------------------- the cut plan on hand-made units
+
+
+def _units(kinds: list[int], tokens: int = 10) -> Units:
+    """Units of ``tokens`` tokens each, no gaps, score 0 (every unit allowed a cut says yes)."""
+    units = Units()
+    for i, kind in enumerate(kinds):
+        units.append(i, i + 1, tokens, 0, 0.0, kind)
+    units.total_blocks()
+    return units
+
+
+def test_the_overlap_is_the_whole_previous_body_and_a_prefix_chunk_joins_the_next() -> None:
+    """Ten units in one paragraph, a content-defined cut after each that leaves half a mean body
+    (5 tokens) of the paragraph after it: the bodies are the units, each chunk repeats the whole
+    previous one, and the first body (a chunk without overlap, a prefix of the second) joins it."""
+    plan = plan_chunks(_units([STARTS_BLOCK] + [CONTINUES] * 9), 64, 20, mean_body=10.0, min_block=10)
+    assert plan == [(0, 0, 2)] + [(i - 1, i, i + 1) for i in range(2, 10)]
+
+
+def test_no_content_defined_cut_leaves_less_than_half_a_mean_body_of_its_paragraph() -> None:
+    """The same paragraph with a mean body of 40: half of it is 20 tokens, so no cut after unit 8
+    (10 tokens follow) and the last body is units 8 and 9."""
+    plan = plan_chunks(_units([STARTS_BLOCK] + [CONTINUES] * 9), 64, 20, mean_body=40.0, min_block=10)
+    assert [(body, end) for _, body, end in plan][-2:] == [(7, 8), (8, 10)]
+    assert plan[-1] == (7, 8, 10)
+
+
+def test_a_run_of_short_blocks_is_one_body_up_to_four_mean_bodies() -> None:
+    """Twenty blocks of 10 tokens, each under min_block: no content-defined cut between or inside
+    them, bodies of at most 4 * 15 = 60 tokens, cut at the budget, without overlap (each body starts a
+    block)."""
+    plan = plan_chunks(_units([STARTS_BLOCK] * 20), 200, 40, mean_body=15.0, min_block=20)
+    assert all(first == body for first, body, _ in plan)
+    sizes = [10 * (end - body) for _, body, end in plan]
+    assert sum(sizes) == 200 and all(30 <= size <= 60 for size in sizes[:-1]) and sizes[-1] <= 60
+    assert len(plan) <= 7

@@ -169,8 +169,8 @@ def test_plan_invariants(units: Units, chunk_size: int, overlap_share: float, me
         assert _cost(units, first, end) <= chunk_size or end - body == 1  # only a lone oversized unit may exceed
         if first < body:
             assert _cost(units, first, body) + units.gaps[body] <= overlap
-        if first < body:  # the overlap repeats units of the previous body, in the same block
-            assert prev_body is not None and prev_body < first
+        if first < body:  # the overlap repeats units of the previous body (maybe all of it), in the same block
+            assert prev_body is not None and prev_body <= first
             assert units.kinds[body] == CONTINUES
             assert all(units.kinds[k] == CONTINUES for k in range(first + 1, body + 1))
         assert all(units.kinds[k] != STARTS_HEADING for k in range(body + 1, end))  # headings start bodies
