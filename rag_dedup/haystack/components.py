@@ -368,7 +368,7 @@ class SentenceChunker:
     Args:
         chunk_size: Maximum tokens per chunk, overlap included.
         chunk_overlap: Maximum tokens repeated from the previous chunk (whole sentences).
-        chunk_target: The mean tokens per chunk to aim for (default: the chunker's, 7/16 of chunk_size).
+        chunk_target: The mean tokens per chunk to aim for (default: the chunker's, 3/8 of chunk_size).
         language: The punkt sentence model.
 
     Raises:
