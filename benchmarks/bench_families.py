@@ -23,6 +23,7 @@ Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20
    its ``remove``; per-variant cost, memory and the one ``add`` as ratios to the smallest family. With
    ``--baseline TREE``, the same runs with the package of another checkout (``TREE/rag_dedup``, through
    ``PYTHONPATH``) in the same run, its ratios, this tree over it, and whether the final clusters agree.
+   Each figure is the best of ``--rounds`` runs (3), the rounds interleaved over the sizes and trees.
 """
 
 from __future__ import annotations
@@ -288,7 +289,7 @@ def one_family(n: int) -> None:
                                   "clusters": partition, "package": str(Path(rag_dedup.__file__).parent)}))
 
 
-def big_families(sizes: list[int], baseline: str | None) -> None:
+def big_families(sizes: list[int], baseline: str | None, rounds: int = 3) -> None:
     holders, years = holders_and_years()
     trees = [("this", str(Path(__file__).resolve().parent.parent))]
     if baseline:
@@ -297,19 +298,29 @@ def big_families(sizes: list[int], baseline: str | None) -> None:
         f"\n== 3. one big family: the MIT licence under real copyright lines ({len(holders):,} holders, {len(years):,} year spans),"
         " a fresh process per size and tree; trees: " + ", ".join(f"{name} {path}" for name, path in trees)
     )
-    results: dict[str, list[dict]] = {name: [] for name, _ in trees}
-    for n in sizes:
-        for name, tree in trees:
-            env = {**os.environ, "PYTHONPATH": tree}
-            run = subprocess.run([sys.executable, __file__, "--one-family", str(n)], env=env, check=True, capture_output=True, text=True)
-            for row in run.stdout.splitlines():
-                if row.startswith("RESULT "):
-                    result = json.loads(row[len("RESULT ") :])
-                    if not result["package"].startswith(tree):
-                        raise SystemExit(f"{name}: imported {result['package']}, not the package of {tree}")
-                    results[name].append(result)
-                else:
-                    print(f"   {name:<8}" + row[2:])
+    print(f"   each figure the best of {rounds} runs, the rounds interleaved over sizes and trees; the lines are each run's")
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for _ in range(rounds):
+        for n in sizes:
+            for name, tree in trees:
+                env = {**os.environ, "PYTHONPATH": tree}
+                run = subprocess.run([sys.executable, __file__, "--one-family", str(n)], env=env, check=True, capture_output=True, text=True)
+                for row in run.stdout.splitlines():
+                    if row.startswith("RESULT "):
+                        result = json.loads(row[len("RESULT ") :])
+                        if not result["package"].startswith(tree):
+                            raise SystemExit(f"{name}: imported {result['package']}, not the package of {tree}")
+                        runs.setdefault((name, n), []).append(result)
+                    else:
+                        print(f"   {name:<8}" + row[2:])
+    results: dict[str, list[dict]] = {
+        name: [
+            {**rs[0], **{f: min(r[f] for r in rs) for f in ("us", "mb", "add_ms", "remove_ms")},
+             "clusters": all(r["clusters"] == rs[0]["clusters"] for r in rs) and rs[0]["clusters"]}
+            for rs in (runs[name, n] for n in sizes)
+        ]
+        for name, _ in trees
+    }
     for name, _ in trees:
         rows = results[name]
         base = rows[0]
@@ -317,6 +328,11 @@ def big_families(sizes: list[int], baseline: str | None) -> None:
         def ratios(field: str, rows: list[dict] = rows, base: dict = base) -> str:
             return " / ".join(f"x{r[field] / base[field]:.2f}" for r in rows)
 
+        print(
+            f"   {name:<8} best: " + "; ".join(
+                f"{r['n']:,}: {r['us']:.0f} us/variant, {r['mb']:.1f} MB, add() {r['add_ms']:.1f} ms, remove() {r['remove_ms']:.1f} ms" for r in rows
+            )
+        )
         print(
             f"   {name:<8} baseline the {base['n']:,}-variant family, for families " + " / ".join(f"x{r['n'] / base['n']:g}" for r in rows)
             + f": cost a variant {ratios('us')}, peak RSS {ratios('mb')}, one add() {ratios('add_ms')}, its remove() {ratios('remove_ms')}"
@@ -341,13 +357,14 @@ def main() -> None:
     parser.add_argument("--one-family", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--baseline", default=None, help="another checkout to run section 3 with too, in the same run")
     parser.add_argument("--family-only", action="store_true", help="run section 3 only")
+    parser.add_argument("--rounds", type=int, default=3, help="section 3: best of this many runs")
     args = parser.parse_args()
     if args.one_family is not None:
         one_family(args.one_family)
         return
     if not args.family_only:
         real_families(5000 if args.quick else args.limit)
-    big_families([500, 2000] if args.quick else [int(s) for s in args.family_sizes.split(",")], args.baseline)
+    big_families([500, 2000] if args.quick else [int(s) for s in args.family_sizes.split(",")], args.baseline, args.rounds)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ Everything is measured side by side in one run, and printed as ratios (absolute 
    process) indexed by this tree's package and, with ``--baseline TREE``, by the package of another
    checkout (``TREE/rag_dedup``, imported through ``PYTHONPATH``) in the same run, the runs
    interleaved; printed: best wall time per chunk, the
-   per-chunk cost as a ratio to the smallest size, peak resident memory (VmHWM) and its growth during
+   per-chunk cost as a ratio to the smallest size (each process warms up on other text first), peak resident memory (VmHWM) and its growth during
    ``add_many`` per chunk, and this tree over the baseline.
 """
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import math
 import os
@@ -278,18 +279,21 @@ def one_size(path: str) -> None:
 
     with open(path, "rb") as f:
         items = pickle.load(f)
+    # Warm up first (imports, compiled kernels, caches) on other text, so that the timing is the index's.
+    DedupIndex(threshold=0.8).add_many([(f"warm-{i}", f"warm up text number {i} " * 20) for i in range(300)])
     gc.collect()
     before = _vm_hwm_kb()
     t0 = time.perf_counter()
     index = DedupIndex(threshold=0.8)
     index.add_many(items)
     seconds = time.perf_counter() - t0
-    clusters = sum(1 for _ in index.clusters(include_singletons=False))
+    partition = sorted((rep, sorted(members)) for rep, members in index.clusters(include_singletons=False))
+    clusters = hashlib.sha256(json.dumps(partition).encode()).hexdigest()
     print("RESULT " + json.dumps({"n": len(items), "s": seconds, "hwm_kb": _vm_hwm_kb(), "start_kb": before,
                                   "clusters": clusters, "package": str(Path(rag_dedup.__file__).parent)}))
 
 
-def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2) -> None:
+def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2, data_dir: str | None = None) -> None:
     """Section 4: per-chunk cost of ``add_many`` from the smallest to the largest size, a fresh process
     per size, tree and round (best of ``rounds``), this tree beside ``baseline`` in the same run."""
     trees = [("this", str(Path(__file__).resolve().parent.parent))]
@@ -302,10 +306,12 @@ def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2) -> 
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for n in sizes:
-            items = planted_chunks(n, seed=5, pool=pool, distinct=True, max_rate=0.025)[0]
-            paths.append(os.path.join(tmp, f"{n}.pkl"))
-            with open(paths[-1], "wb") as f:
-                pickle.dump(items, f)
+            # With --data-dir, the chunks are written there once and read back by later runs.
+            paths.append(os.path.join(data_dir or tmp, f"planted-{n}-of-{pool}.pkl"))
+            if not os.path.exists(paths[-1]):
+                items = planted_chunks(n, seed=5, pool=pool, distinct=True, max_rate=0.025)[0]
+                with open(paths[-1], "wb") as f:
+                    pickle.dump(items, f)
         for _ in range(rounds):
             for n, path in zip(sizes, paths):
                 for name, tree in trees:
@@ -319,7 +325,7 @@ def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2) -> 
                     if (name, n) not in best or row["s"] < best[name, n]["s"]:
                         best[name, n] = row
     print(f"   {'chunks':>8} " + " ".join(f"{name + ' us/chunk':>18} {'x smallest':>10} {'peak RSS':>12} {'B/chunk':>9}" for name, _ in trees)
-          + ("   this / baseline (time, RSS), same clusters" if baseline else ""))
+          + ("   this / baseline (time, RSS), same partition" if baseline else ""))
     for n in sizes:
         cells = []
         for name, _ in trees:
@@ -342,6 +348,7 @@ def main() -> None:
     parser.add_argument("--quality-n", type=int, default=20000)
     parser.add_argument("--baseline", default=None, help="another checkout to run section 4 with, in the same run")
     parser.add_argument("--fresh-only", action="store_true", help="run section 4 only")
+    parser.add_argument("--data-dir", default=None, help="keep section 4's chunks here and reuse them")
     parser.add_argument("--one-size", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_size is not None:
@@ -354,7 +361,7 @@ def main() -> None:
         quality(args.quality_n)
         signatures_speed(4000 if args.quick else 8000)
         add_many_speed(sizes, args.recipe_max)
-    fresh_processes(sizes, args.baseline)
+    fresh_processes(sizes, args.baseline, data_dir=args.data_dir)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ its members, and in a chain the center covers every member within ``f`` on both 
 
 Every step reads only the set of groups, their shingle sets and their members (never an order of
 arrival or of union), so the clusters and representatives are a pure function of the set of items.
+A :class:`Family` keeps step 1's counts (and step 2's similarities) for a component that grows, so
+that clustering it again after a few groups joined does not count everything again; it changes the
+cost, never the result.
 
 Example:
     >>> import numpy as np
