@@ -150,13 +150,14 @@ class Family:
     Adding groups to a component changes every group's pooled Jaccard (step 1), so the center must be
     chosen again over all of them; but the counts behind it need not be recounted. A family keeps
     n_s (how many of its groups hold shingle s), and per group ``|g|`` and ``Σ_{s in g} (n_s - 1)``;
-    :meth:`add` updates them with one gather over the groups' shingles (no sort of them), and
+    :meth:`add` counts the first groups with one sort, and updates the counts for later ones with
+    one gather over the family's shingles (no sort of them), and
     :meth:`coverage` gives :func:`pooled_jaccard` of the whole set from them: the same integers, so
     the same floats; :meth:`discard` takes a group out the same way. It also keeps the similarity of
     every group to the last few groups it was asked about (:meth:`similarities`), so a center or a
     representative that stays (the usual case when a big family grows) is compared only with the
-    groups added since. It holds the groups' shingle sets too, so that they
-    need not be read again. It describes a set of groups; ``DedupIndex`` uses it for a component only
+    groups added since. It holds the groups' shingle sets too, so that they need not be read
+    again. It describes a set of groups; ``DedupIndex`` uses it for a component only
     when every group it holds is in the component (and then adds the others).
 
     Everything it returns is what the from-scratch computation returns, value for value, so passing

@@ -405,9 +405,11 @@ class DedupIndex:
         # would walk the caller's whole heap (all their nodes and documents) again.
         paused = gc.isenabled()
         gc.disable()
-        # More than one batch: the components the batches change are reclustered once, after the
-        # last one (see _recluster_deferred), not after every batch that touches them.
-        self._deferred = set() if len(parsed) > _batch_size(len(self)) else None
+        # More than one batch into a private store: the components the batches change are
+        # reclustered once, after the last one (see _recluster_deferred), not after every batch
+        # that touches them. A shared store commits each batch whole, its clusters with it, so
+        # that other workers (and a batch lost with its connection) never see items unplaced.
+        self._deferred = set() if not self.storage.shared and len(parsed) > _batch_size(len(self)) else None
         try:
             start = 0
             while start < len(parsed):
@@ -698,7 +700,8 @@ class DedupIndex:
         once after the last batch gives what clustering it after every batch would, at the cost of
         one clustering instead of one a batch (a family that grows over k batches was clustered k
         times, a quadratic cost in its size). Between the batches its new items have no cluster entry
-        yet; ``previous`` as for :meth:`_link_and_recluster` (the representatives before the call).
+        yet, which is why only a private store defers (see :meth:`_add_parsed`); ``previous`` as for
+        :meth:`_link_and_recluster` (the representatives before the call).
         Does nothing (and stops deferring) when nothing was deferred.
         """
         deferred, self._deferred = self._deferred, None
@@ -713,11 +716,7 @@ class DedupIndex:
             keys: list[str] = []
             clusters: list[ClusterEntry] = []
             for comp in comps.values():
-                # A group another worker removed meanwhile has no items left: nothing of it to place.
-                alive = [g for g, ks in zip(sorted(comp), storage.group_items(sorted(comp))) if ks]
-                if not alive:
-                    continue
-                comp_keys, comp_clusters = self._cluster_component(alive, {})
+                comp_keys, comp_clusters = self._cluster_component(sorted(comp), {})
                 keys.extend(comp_keys)
                 clusters.extend(comp_clusters)
             if keys:
