@@ -522,8 +522,8 @@ class DedupIndex:
         """
         find = uf.find
         verified: set[tuple[int, int]] = set()
-        # In a bucket of more than two groups, one probe per new group and old component (or the
-        # bucket's first new group): a second probe of the same two sides from another such bucket
+        # In a bucket of more than two groups, one probe per new group and old component (without
+        # old groups, against the bucket's first new group): a second probe of the same two sides from another such bucket
         # is left to the pass below, which lists it only if the two are still apart. In a family
         # of near-identical texts, whose groups share ~b buckets, that is one verification a new
         # group instead of ~b.
@@ -536,11 +536,13 @@ class DedupIndex:
                 continue
             nodes = [node_of[g] for g in old]
             heads = dict(zip(reversed(nodes), reversed(old)))  # each old node's first group in the bucket
-            targets = heads.items() if old else [(new[0], new[0])]
-            for x in new:
-                for n, t in targets:
-                    if x != t:
+            if old:
+                for x in new:
+                    for n, t in heads.items():
                         probes.setdefault((x, n), t)
+            else:  # new groups only: each against the bucket's first
+                first = new[0]
+                pairs.extend((x, first) for x in new[1:])
             prepared.append((old, new, nodes, heads))
         pairs.extend((x, t) for (x, _), t in probes.items())
         self._verify(pairs, node_of, shingles, uf, verified)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -78,11 +80,12 @@ def by_largest_key(members: list[Member]) -> Member:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.randoms(use_true_random=False), st.integers(2, 30))
-def test_a_kept_family_gives_what_counting_again_gives(rng, n: int) -> None:
+@given(st.integers(0, 2**32 - 1), st.integers(2, 30))
+def test_a_kept_family_gives_what_counting_again_gives(seed: int, n: int) -> None:
     """Groups join and leave a Family in any order: its coverage is pooled_jaccard of the groups it
     holds, float for float, its similarities are jaccard_many's, and cluster_component with it gives
     the clusters it gives without (the default policy and another)."""
+    rng = random.Random(seed)  # a seed, not st.randoms(): the draws would exceed hypothesis's entropy budget
     core = rng.sample(range(300), 50)
     sets = {}
     for g in range(n):
