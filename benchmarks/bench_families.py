@@ -1,6 +1,6 @@
 """Real near-duplicate families: does the cluster rule keep them together, and what does a big one cost?
 
-Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20000]``
+Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20000] [--baseline TREE] [--family-only]``
 
 1. **Real families.** Paragraphs (split at blank lines and Debian's `` .`` lines, >= 10 words) of
    ``/usr/share/doc/*/copyright``, ``/usr/share/common-licenses/*``, and the ``*.dist-info`` METADATA
@@ -20,7 +20,10 @@ Run: ``python benchmarks/bench_families.py [--quick] [--family-sizes 500,5000,20
 3. **A big family.** One real licence (the MIT licence, from a licence file on this machine) under 500 / 5,000 / 20,000 different copyright lines (real holder names and years from the
    Debian copyright files), each size in a fresh subprocess: the time of ``add_many`` and the peak
    resident memory (VmHWM); then the time of one more ``add`` into the family (incremental cost) and of
-   its ``remove``; per-variant cost, memory and the one ``add`` as ratios to the smallest family.
+   its ``remove``; per-variant cost, memory and the one ``add`` as ratios to the smallest family. With
+   ``--baseline TREE``, the same runs with the package of another checkout (``TREE/rag_dedup``, through
+   ``PYTHONPATH``) in the same run, its ratios, this tree over it, and whether the final clusters agree.
+   Each figure is the best of ``--rounds`` runs (3), the rounds interleaved over the sizes and trees.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import random
 import re
 import subprocess
@@ -278,29 +282,71 @@ def one_family(n: int) -> None:
         f" {clusters} cluster(s); one more add() {one * 1e3:7.1f} ms (kind {m.kind!r}, cluster of {m.cluster_size:,},"
         f" displaced {m.displaced!r}), its remove() {gone * 1e3:7.1f} ms"
     )
-    print("RESULT " + json.dumps({"n": n, "us": seconds / n * 1e6, "mb": hwm / 1024, "add_ms": one * 1e3, "remove_ms": gone * 1e3}))
+    import rag_dedup
+
+    partition = sorted((rep, sorted(members)) for rep, members in index.clusters())
+    print("RESULT " + json.dumps({"n": n, "us": seconds / n * 1e6, "mb": hwm / 1024, "add_ms": one * 1e3, "remove_ms": gone * 1e3,
+                                  "clusters": partition, "package": str(Path(rag_dedup.__file__).parent)}))
 
 
-def big_families(sizes: list[int]) -> None:
+def big_families(sizes: list[int], baseline: str | None, rounds: int = 3) -> None:
     holders, years = holders_and_years()
-    print(f"\n== 3. one big family: the MIT licence under real copyright lines ({len(holders):,} holders, {len(years):,} year spans), a fresh process per size")
-    results = []
-    for n in sizes:
-        run = subprocess.run([sys.executable, __file__, "--one-family", str(n)], check=True, capture_output=True, text=True)
-        for row in run.stdout.splitlines():
-            if row.startswith("RESULT "):
-                results.append(json.loads(row[len("RESULT ") :]))
-            else:
-                print(row)
-    base = results[0]
-
-    def ratios(field: str) -> str:
-        return " / ".join(f"x{r[field] / base[field]:.2f}" for r in results)
-
+    trees = [("this", str(Path(__file__).resolve().parent.parent))]
+    if baseline:
+        trees.append(("baseline", str(Path(baseline).resolve())))
     print(
-        f"   baseline the {base['n']:,}-variant family, for families " + " / ".join(f"x{r['n'] / base['n']:g}" for r in results)
-        + f": cost a variant {ratios('us')}, peak RSS {ratios('mb')}, one add() {ratios('add_ms')}, its remove() {ratios('remove_ms')}"
+        f"\n== 3. one big family: the MIT licence under real copyright lines ({len(holders):,} holders, {len(years):,} year spans),"
+        " a fresh process per size and tree; trees: " + ", ".join(f"{name} {path}" for name, path in trees)
     )
+    print(f"   each figure the best of {rounds} runs, the rounds interleaved over sizes and trees; the lines are each run's")
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for _ in range(rounds):
+        for n in sizes:
+            for name, tree in trees:
+                env = {**os.environ, "PYTHONPATH": tree}
+                run = subprocess.run([sys.executable, __file__, "--one-family", str(n)], env=env, check=True, capture_output=True, text=True)
+                for row in run.stdout.splitlines():
+                    if row.startswith("RESULT "):
+                        result = json.loads(row[len("RESULT ") :])
+                        if not result["package"].startswith(tree):
+                            raise SystemExit(f"{name}: imported {result['package']}, not the package of {tree}")
+                        runs.setdefault((name, n), []).append(result)
+                    else:
+                        print(f"   {name:<8}" + row[2:])
+    results: dict[str, list[dict]] = {
+        name: [
+            {**rs[0], **{f: min(r[f] for r in rs) for f in ("us", "mb", "add_ms", "remove_ms")},
+             "clusters": all(r["clusters"] == rs[0]["clusters"] for r in rs) and rs[0]["clusters"]}
+            for rs in (runs[name, n] for n in sizes)
+        ]
+        for name, _ in trees
+    }
+    for name, _ in trees:
+        rows = results[name]
+        base = rows[0]
+
+        def ratios(field: str, rows: list[dict] = rows, base: dict = base) -> str:
+            return " / ".join(f"x{r[field] / base[field]:.2f}" for r in rows)
+
+        print(
+            f"   {name:<8} best: " + "; ".join(
+                f"{r['n']:,}: {r['us']:.0f} us/variant, {r['mb']:.1f} MB, add() {r['add_ms']:.1f} ms, remove() {r['remove_ms']:.1f} ms" for r in rows
+            )
+        )
+        print(
+            f"   {name:<8} baseline the {base['n']:,}-variant family, for families " + " / ".join(f"x{r['n'] / base['n']:g}" for r in rows)
+            + f": cost a variant {ratios('us')}, peak RSS {ratios('mb')}, one add() {ratios('add_ms')}, its remove() {ratios('remove_ms')}"
+        )
+    if baseline:
+        this, other = results["this"], results["baseline"]
+        print(
+            "   this / baseline, same family sizes: add_many "
+            + " / ".join(f"{a['us'] / b['us']:.2f}x" for a, b in zip(this, other))
+            + ", peak RSS " + " / ".join(f"{a['mb'] / b['mb']:.2f}x" for a, b in zip(this, other))
+            + ", one add() " + " / ".join(f"{a['add_ms'] / b['add_ms']:.2f}x" for a, b in zip(this, other))
+            + ", its remove() " + " / ".join(f"{a['remove_ms'] / b['remove_ms']:.2f}x" for a, b in zip(this, other))
+            + ", same clusters " + " / ".join(str(a["clusters"] == b["clusters"]) for a, b in zip(this, other))
+        )
 
 
 def main() -> None:
@@ -309,12 +355,16 @@ def main() -> None:
     parser.add_argument("--family-sizes", default="500,5000,20000")
     parser.add_argument("--limit", type=int, default=None, help="at most this many paragraphs")
     parser.add_argument("--one-family", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", default=None, help="another checkout to run section 3 with too, in the same run")
+    parser.add_argument("--family-only", action="store_true", help="run section 3 only")
+    parser.add_argument("--rounds", type=int, default=3, help="section 3: best of this many runs")
     args = parser.parse_args()
     if args.one_family is not None:
         one_family(args.one_family)
         return
-    real_families(5000 if args.quick else args.limit)
-    big_families([500, 2000] if args.quick else [int(s) for s in args.family_sizes.split(",")])
+    if not args.family_only:
+        real_families(5000 if args.quick else args.limit)
+    big_families([500, 2000] if args.quick else [int(s) for s in args.family_sizes.split(",")], args.baseline, args.rounds)
 
 
 if __name__ == "__main__":

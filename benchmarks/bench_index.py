@@ -1,6 +1,7 @@
 """DedupIndex benchmark: quality against exact ground truth, signature speed, add_many speed and memory.
 
 Run: ``python benchmarks/bench_index.py [--quick] [--sizes 10000,20000,40000,80000,160000]``
+or, for section 4 alone: ``python benchmarks/bench_index.py --fresh-only --baseline /path/to/other/tree``
 
 The largest default size, 160,000, needs 128,000 distinct 180-word chunks of real text (no
 near-duplicate among them): on this Debian machine the documentation and man pages give about 105,000,
@@ -21,14 +22,26 @@ Everything is measured side by side in one run, and printed as ratios (absolute 
    verify each candidate by its MinHash estimate against the kept sketch, insert), per-item cost from
    the smallest to the largest size, and peak traced memory (tracemalloc, numpy included) per indexed
    chunk, for rag-dedup and for the recipe.
+4. add_many per chunk, a fresh process per size and per tree: the same chunks (written once by this
+   process) indexed by this tree's package and, with ``--baseline TREE``, by the package of another
+   checkout (``TREE/rag_dedup``, imported through ``PYTHONPATH``) in the same run, the runs
+   interleaved; printed: best wall time per chunk, the
+   per-chunk cost as a ratio to the smallest size (each process warms up on other text first), peak resident memory (VmHWM) and its growth during
+   ``add_many`` per chunk, and this tree over the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
+import json
 import math
+import os
+import pickle
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -253,19 +266,102 @@ def _keep(index: DedupIndex, items: list[tuple[str, str]]) -> None:
     _KEEP.clear()
 
 
+def _vm_hwm_kb() -> int:
+    for row in Path("/proc/self/status").read_text().splitlines():
+        if row.startswith("VmHWM:"):
+            return int(row.split()[1])
+    return -1
+
+
+def one_size(path: str) -> None:
+    """In this (fresh) process: ``add_many`` the pickled chunks at ``path`` once; print a ``RESULT`` line."""
+    import rag_dedup
+
+    with open(path, "rb") as f:
+        items = pickle.load(f)
+    # Warm up first (imports, compiled kernels, caches) on other text, so that the timing is the index's.
+    DedupIndex(threshold=0.8).add_many([(f"warm-{i}", f"warm up text number {i} " * 20) for i in range(300)])
+    gc.collect()
+    before = _vm_hwm_kb()
+    t0 = time.perf_counter()
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items)
+    seconds = time.perf_counter() - t0
+    partition = sorted((rep, sorted(members)) for rep, members in index.clusters(include_singletons=False))
+    clusters = hashlib.sha256(json.dumps(partition).encode()).hexdigest()
+    print("RESULT " + json.dumps({"n": len(items), "s": seconds, "hwm_kb": _vm_hwm_kb(), "start_kb": before,
+                                  "clusters": clusters, "package": str(Path(rag_dedup.__file__).parent)}))
+
+
+def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2, data_dir: str | None = None) -> None:
+    """Section 4: per-chunk cost of ``add_many`` from the smallest to the largest size, a fresh process
+    per size, tree and round (best of ``rounds``), this tree beside ``baseline`` in the same run."""
+    trees = [("this", str(Path(__file__).resolve().parent.parent))]
+    if baseline:
+        trees.append(("baseline", str(Path(baseline).resolve())))
+    print(f"\n== 4. add_many per chunk, a fresh process per size and tree, best of {rounds} (interleaved); trees: "
+          + ", ".join(f"{name} {path}" for name, path in trees))
+    pool = int(max(sizes) * 0.8)
+    best: dict[tuple[str, int], dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for n in sizes:
+            # With --data-dir, the chunks are written there once and read back by later runs.
+            paths.append(os.path.join(data_dir or tmp, f"planted-{n}-of-{pool}.pkl"))
+            if not os.path.exists(paths[-1]):
+                items = planted_chunks(n, seed=5, pool=pool, distinct=True, max_rate=0.025)[0]
+                with open(paths[-1], "wb") as f:
+                    pickle.dump(items, f)
+        for _ in range(rounds):
+            for n, path in zip(sizes, paths):
+                for name, tree in trees:
+                    env = {**os.environ, "PYTHONPATH": tree}
+                    run = subprocess.run([sys.executable, __file__, "--one-size", path], env=env, capture_output=True, text=True)
+                    if run.returncode:
+                        raise SystemExit(f"{name} at {n:,} chunks failed:\n{run.stderr}")
+                    row = json.loads(next(r for r in run.stdout.splitlines() if r.startswith("RESULT "))[7:])
+                    if not row["package"].startswith(tree):
+                        raise SystemExit(f"{name}: imported {row['package']}, not the package of {tree}")
+                    if (name, n) not in best or row["s"] < best[name, n]["s"]:
+                        best[name, n] = row
+    print(f"   {'chunks':>8} " + " ".join(f"{name + ' us/chunk':>18} {'x smallest':>10} {'peak RSS':>12} {'B/chunk':>9}" for name, _ in trees)
+          + ("   this / baseline (time, RSS), same partition" if baseline else ""))
+    for n in sizes:
+        cells = []
+        for name, _ in trees:
+            r = best[name, n]
+            cost = r["s"] / n * 1e6
+            first = best[name, sizes[0]]["s"] / sizes[0] * 1e6
+            cells.append(f"{cost:>18.1f} {cost / first:>9.2f}x {r['hwm_kb'] / 1024:>9,.1f} MB {(r['hwm_kb'] - r['start_kb']) * 1024 / n:>9,.0f}")
+        line = f"   {n:>8,} " + " ".join(cells)
+        if baseline:
+            a, b = best["this", n], best["baseline", n]
+            line += f"   {a['s'] / b['s']:.2f}x, {a['hwm_kb'] / b['hwm_kb']:.2f}x, {a['clusters'] == b['clusters']}"
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--sizes", default="10000,20000,40000,80000,160000", help="add_many sizes")
     parser.add_argument("--recipe-max", type=int, default=40000, help="largest size to run the slow recipe on")
     parser.add_argument("--quality-n", type=int, default=20000)
+    parser.add_argument("--baseline", default=None, help="another checkout to run section 4 with, in the same run")
+    parser.add_argument("--fresh-only", action="store_true", help="run section 4 only")
+    parser.add_argument("--data-dir", default=None, help="keep section 4's chunks here and reuse them")
+    parser.add_argument("--one-size", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_size is not None:
+        one_size(args.one_size)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.quick:
         sizes, args.quality_n, args.recipe_max = [2000, 4000], 4000, 4000
-    quality(args.quality_n)
-    signatures_speed(4000 if args.quick else 8000)
-    add_many_speed(sizes, args.recipe_max)
+    if not args.fresh_only:
+        quality(args.quality_n)
+        signatures_speed(4000 if args.quick else 8000)
+        add_many_speed(sizes, args.recipe_max)
+    fresh_processes(sizes, args.baseline, data_dir=args.data_dir)
 
 
 if __name__ == "__main__":

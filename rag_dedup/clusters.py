@@ -33,6 +33,9 @@ its members, and in a chain the center covers every member within ``f`` on both 
 
 Every step reads only the set of groups, their shingle sets and their members (never an order of
 arrival or of union), so the clusters and representatives are a pure function of the set of items.
+A :class:`Family` keeps step 1's counts (and step 2's similarities) for a component that grows, so
+that clustering it again after a few groups joined does not count everything again; it changes the
+cost, never the result.
 
 Example:
     >>> import numpy as np
@@ -47,7 +50,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -55,13 +60,17 @@ import numpy as np
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
-__all__ = ["UnionFind", "cluster_component", "pooled_jaccard"]
+__all__ = ["Family", "UnionFind", "cluster_component", "pooled_jaccard"]
 
 T = TypeVar("T", bound=Hashable)
+# J(g, y) for every group y of a cluster (or of the groups left), in their order.
+Similarities = Callable[[int], np.ndarray]
 
 # Slack for the float rounding of d = 1 - J in the triangle-inequality certificate (J is a ratio of
 # integers below 2^32, so its rounding error is far below this); a member within the slack is compared.
 _SLACK = 1e-9
+# Similarity vectors a Family keeps (center, representative, an eligibility check).
+_ANCHORS = 3
 
 
 class UnionFind(Generic[T]):
@@ -135,11 +144,157 @@ def pooled_jaccard(sets: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
+class Family:
+    """The first step of :func:`cluster_component` for one growing set of groups, kept between calls.
+
+    Adding groups to a component changes every group's pooled Jaccard (step 1), so the center must be
+    chosen again over all of them; but the counts behind it need not be recounted. A family keeps
+    n_s (how many of its groups hold shingle s), and per group ``|g|`` and ``Σ_{s in g} (n_s - 1)``;
+    :meth:`add` counts the first groups with one sort, and updates the counts for later ones with
+    one gather over the family's shingles (no sort of them), and
+    :meth:`coverage` gives :func:`pooled_jaccard` of the whole set from them: the same integers, so
+    the same floats; :meth:`discard` takes a group out the same way. It also keeps the similarity of
+    every group to the last few groups it was asked about (:meth:`similarities`), so a center or a
+    representative that stays (the usual case when a big family grows) is compared only with the
+    groups added since. It holds the groups' shingle sets too, so that they need not be read
+    again. It describes a set of groups; ``DedupIndex`` uses it for a component only
+    when every group it holds is in the component (and then adds the others).
+
+    Everything it returns is what the from-scratch computation returns, value for value, so passing
+    a family to :func:`cluster_component` never changes a partition: it only makes it cheaper.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}  # group id -> its row
+        self.sets: dict[int, np.ndarray] = {}  # group id -> its shingle set (as given to add)
+        self._values = np.zeros(0, dtype=np.uint64)  # the distinct shingles, sorted
+        self._slot_of = np.zeros(0, dtype=np.int64)  # the row of _counts of each of _values
+        self._counts = np.zeros(0, dtype=np.int64)  # n_s, by slot
+        self._flat = np.zeros(0, dtype=np.int32)  # the slots of every group's shingles, row after row
+        self._sizes = np.zeros(0, dtype=np.int64)
+        self._inter = np.zeros(0, dtype=np.int64)  # Σ_{s in g} (n_s - 1), by row
+        self._total = 0
+        # J(anchor, g) by row for the first rows (those there when it was asked), least recent first.
+        self._anchors: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def add(self, gids: Sequence[int], sets: Sequence[np.ndarray]) -> None:
+        """Add groups (ids not in the family yet) with their sorted unique shingle arrays."""
+        fresh = [(g, s) for g, s in zip(gids, sets) if g not in self.index]
+        if not fresh:
+            return
+        for g, sh in fresh:
+            self.index[g] = len(self.index)
+            self.sets[g] = sh
+        sizes = np.fromiter((len(s) for _, s in fresh), dtype=np.int64, count=len(fresh))
+        flat = np.concatenate([s for _, s in fresh]) if sizes.any() else np.zeros(0, dtype=self._values.dtype)
+        if not len(self._values):  # the first groups: number the distinct shingles in sorted order
+            # A stable sort, as in pooled_jaccard: it merges the sorted runs, which defeat quicksort.
+            order = np.argsort(flat, kind="stable")
+            ordered = flat[order]
+            first = np.concatenate(([True], ordered[1:] != ordered[:-1])) if len(flat) else np.zeros(0, dtype=bool)
+            self._values = ordered[first]
+            slots = np.empty(len(flat), dtype=np.int64)
+            slots[order] = np.cumsum(first) - 1
+            self._slot_of = np.arange(len(self._values), dtype=np.int64)
+            self._counts = np.zeros(len(self._values), dtype=np.int64)
+        else:
+            distinct = np.unique(flat)
+            at = self._values.searchsorted(distinct)
+            known = at < len(self._values)
+            known[known] = self._values[at[known]] == distinct[known]
+            unseen = ~known
+            first_new = len(self._counts)
+            n_new = int(unseen.sum())
+            if n_new:
+                self._values = np.insert(self._values, at[unseen], distinct[unseen])
+                self._slot_of = np.insert(self._slot_of, at[unseen], np.arange(first_new, first_new + n_new))
+                self._counts = np.concatenate((self._counts, np.zeros(n_new, dtype=np.int64)))
+            slots = self._slot_of[self._values.searchsorted(flat)]
+        added = np.bincount(slots, minlength=len(self._counts)).astype(np.int64)
+        # The old groups each gain Σ_{s in g} (number of new groups holding s).
+        if len(self._flat):
+            self._inter += _per_row(added[self._flat], self._sizes)
+        self._counts += added
+        self._inter = np.concatenate((self._inter, _per_row(self._counts[slots] - 1, sizes)))
+        self._flat = np.concatenate((self._flat, slots.astype(np.int32)))
+        self._sizes = np.concatenate((self._sizes, sizes))
+        self._total += int(sizes.sum())
+
+    def discard(self, gid: int) -> None:
+        """Take group ``gid`` out of the family (nothing happens if it is not in it)."""
+        row = self.index.pop(gid, None)
+        if row is None:
+            return
+        del self.sets[gid]
+        start = int(self._sizes[:row].sum())
+        size = int(self._sizes[row])
+        gone = self._flat[start : start + size]
+        removed = np.bincount(gone, minlength=len(self._counts)).astype(np.int64)
+        self._counts -= removed
+        self._flat = np.concatenate((self._flat[:start], self._flat[start + size :]))
+        self._sizes = np.delete(self._sizes, row)
+        self._inter = np.delete(self._inter, row) - _per_row(removed[self._flat], self._sizes)
+        self._total -= size
+        self.index = {g: r - (r > row) for g, r in self.index.items()}
+        self._anchors.pop(gid, None)
+        for anchor, known in self._anchors.items():
+            if row < len(known):
+                self._anchors[anchor] = np.delete(known, row)
+
+    def rows(self, gids: Sequence[int]) -> np.ndarray:
+        """The rows of ``gids`` (all in the family)."""
+        index = self.index
+        return np.fromiter((index[g] for g in gids), dtype=np.int64, count=len(gids))
+
+    def coverage(self, rows: np.ndarray) -> np.ndarray:
+        """:func:`pooled_jaccard` of all the family's groups, for the groups at ``rows``."""
+        n = len(self._sizes)
+        out = np.zeros(len(rows), dtype=np.float64)
+        if n < 2 or not self._sizes.any():
+            return out
+        sizes, inter = self._sizes[rows], self._inter[rows]
+        union = (n - 2) * sizes + self._total - inter
+        nonempty = sizes > 0
+        out[nonempty] = inter[nonempty] / union[nonempty]
+        return out
+
+    def similarities(self, anchor: int, rows: np.ndarray, shingles: Mapping[int, np.ndarray], order: Sequence[int]) -> np.ndarray:
+        """``jaccard_many(shingles[anchor], [shingles[g] for g in order])``, ``rows`` the rows of ``order``.
+
+        The vectors of the last ``_ANCHORS`` anchors asked about are kept (in a growing family: the
+        center, the representative, a member checked for eligibility), so asking about one of them
+        again compares it only with the groups added since.
+        """
+        known = self._anchors.pop(anchor, None)
+        if known is None:
+            known = np.zeros(0, dtype=np.float64)
+        if len(known) < len(self.index):
+            by_row = np.empty(len(self.index), dtype=np.int64)
+            by_row[rows] = np.arange(len(rows))
+            later = [order[i] for i in by_row[len(known) :].tolist()]
+            known = np.concatenate((known, jaccard_many(shingles[anchor], [shingles[g] for g in later])))
+        self._anchors[anchor] = known
+        while len(self._anchors) > _ANCHORS:
+            del self._anchors[next(iter(self._anchors))]
+        return known[rows]
+
+
+def _per_row(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The sums of consecutive runs of ``values``, run i of length ``sizes[i]`` (empty runs sum to 0)."""
+    sums = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    ends = np.cumsum(sizes)
+    return sums[ends] - sums[ends - sizes]
+
+
 def cluster_component(
     members: Sequence[tuple[Member, int]],
     shingles: Mapping[int, np.ndarray],
     floor: float,
     policy: Policy,
+    family: Family | None = None,
 ) -> list[tuple[str, list[tuple[str, float]]]]:
     """Cut one connected component into clusters: centers by coverage, representatives by the policy.
 
@@ -153,6 +308,8 @@ def cluster_component(
         floor: The drift floor: every member of a cluster is at least this similar to its
             representative (``DedupIndex.drift_floor``).
         policy: Breaks ties between centers, and chooses the representative among the eligible members.
+        family: The :class:`Family` of exactly the groups of ``members``, if one is kept: the first
+            center is then found from its counts, not recounted (the result is the same).
 
     Returns:
         ``[(representative_key, [(member_key, similarity_to_representative), ...]), ...]``, in the
@@ -161,7 +318,8 @@ def cluster_component(
 
     Raises:
         KeyError: A group of ``members`` has no entry in ``shingles``.
-        ValueError: The policy returned something that is not one of the members it was given.
+        ValueError: The policy returned something that is not one of the members it was given, or
+            ``family`` does not hold exactly the groups of ``members``.
     """
     items: dict[int, list[Member]] = {}
     group_of: dict[str, int] = {}
@@ -172,23 +330,44 @@ def cluster_component(
     for g in remaining:
         if g not in shingles:
             raise KeyError(f"group {g} of member {items[g][0].key!r} has no shingle set")
+    rows = None
+    if family is not None:
+        if len(family) != len(remaining) or any(g not in family.index for g in remaining):
+            raise ValueError("the family does not hold exactly the groups of the members")
+        rows = family.rows(remaining)
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
         sets = [shingles[g] for g in remaining]
-        coverage = pooled_jaccard(sets)
+        if rows is None:
+            coverage = pooled_jaccard(sets)
+
+            def against(g: int, _sets: Sequence[np.ndarray] = sets) -> np.ndarray:
+                return jaccard_many(shingles[g], _sets)
+        else:
+            coverage = family.coverage(rows)  # type: ignore[union-attr]
+
+            def against(g: int, _rows: np.ndarray = rows, _order: Sequence[int] = remaining) -> np.ndarray:
+                return family.similarities(g, _rows, shingles, _order)  # type: ignore[union-attr]
+
+            rows = None  # the family covers the first step only: the groups left are a smaller set
         tied = np.flatnonzero(coverage == coverage.max()).tolist()
         center = group_of[choose(policy, [m for i in tied for m in items[remaining[i]]]).key]
-        to_center = jaccard_many(shingles[center], sets)
-        inside = [i for i, g in enumerate(remaining) if g == center or to_center[i] >= floor]
-        cluster = [remaining[i] for i in inside]
-        cluster_sets = [sets[i] for i in inside]
+        to_center = against(center)
+        inside_mask = to_center >= floor
+        inside_mask[bisect_left(remaining, center)] = True
+        inside = np.flatnonzero(inside_mask)
+        cluster = [remaining[i] for i in inside.tolist()]
+
+        def within(g: int, _inside: np.ndarray = inside, _against: Similarities = against) -> np.ndarray:
+            return _against(g)[_inside]
+
         if policy is longest_then_authority:
-            rep = _first_eligible(cluster, cluster_sets, to_center[inside], center, floor, items)
+            rep = _first_eligible(cluster, within, to_center[inside], center, floor, items)
         else:
-            eligible = _eligible(cluster, cluster_sets, to_center[inside], center, floor)
+            eligible = _eligible(cluster, within, to_center[inside], center, floor)
             rep = choose(policy, [m for g in eligible for m in items[g]])
         rep_group = group_of[rep.key]
-        to_rep = to_center[inside] if rep_group == center else jaccard_many(shingles[rep_group], cluster_sets)
+        to_rep = to_center[inside] if rep_group == center else within(rep_group)
         placed = [(rep.key, 1.0)]
         for g, s in sorted(
             ((m.key, 1.0 if g == rep_group else float(s)) for g, s in zip(cluster, to_rep.tolist()) for m in items[g]),
@@ -201,17 +380,18 @@ def cluster_component(
     return clusters
 
 
-def _eligible(
-    cluster: Sequence[int], sets: Sequence[np.ndarray], to_center: np.ndarray, center: int, floor: float
-) -> list[int]:
-    """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is)."""
+def _eligible(cluster: Sequence[int], within: Similarities, to_center: np.ndarray, center: int, floor: float) -> list[int]:
+    """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is).
+
+    ``within(g)`` is J(g, y) for every group y of ``cluster``, in its order.
+    """
     reach = _reach(to_center, floor)
-    return [g for i, g in enumerate(cluster) if _is_eligible(i, g, sets, to_center, center, floor, reach)]
+    return [g for i, g in enumerate(cluster) if _is_eligible(i, g, within, to_center, center, floor, reach)]
 
 
 def _first_eligible(
     cluster: Sequence[int],
-    sets: Sequence[np.ndarray],
+    within: Similarities,
     to_center: np.ndarray,
     center: int,
     floor: float,
@@ -222,16 +402,19 @@ def _first_eligible(
     :func:`~rag_dedup.policy.longest_then_authority` is the minimum of a total order
     (:func:`~rag_dedup.policy.default_rank`), so its choice among the eligible members is the first
     eligible member in that order: the same answer as ``choose(policy, eligible)``, after checking
-    as few members as the order needs (in a family of near-identical texts, one) instead of all.
+    as few members as the order needs (in a family of near-identical texts, one) instead of all
+    (taken from a heap, so that the order is not sorted further than that).
     """
     reach = _reach(to_center, floor)
-    position = {g: i for i, g in enumerate(cluster)}
+    heap = [(default_rank(m), i, j) for i, g in enumerate(cluster) for j, m in enumerate(items[g])]
+    heapq.heapify(heap)
     checked: dict[int, bool] = {}
-    for _, g, m in sorted((default_rank(m), g, m) for g in cluster for m in items[g]):
-        if g not in checked:
-            checked[g] = _is_eligible(position[g], g, sets, to_center, center, floor, reach)
-        if checked[g]:
-            return m
+    while heap:
+        _, i, j = heapq.heappop(heap)
+        if i not in checked:
+            checked[i] = _is_eligible(i, cluster[i], within, to_center, center, floor, reach)
+        if checked[i]:
+            return items[cluster[i]][j]
     raise AssertionError("unreachable: the center is eligible")  # pragma: no cover
 
 
@@ -241,9 +424,9 @@ def _reach(to_center: np.ndarray, floor: float) -> float:
 
 
 def _is_eligible(
-    i: int, g: int, sets: Sequence[np.ndarray], to_center: np.ndarray, center: int, floor: float, reach: float
+    i: int, g: int, within: Similarities, to_center: np.ndarray, center: int, floor: float, reach: float
 ) -> bool:
-    """Whether group ``g`` (``sets[i]``) is ``>= floor`` to every group of its cluster.
+    """Whether group ``g`` (the ``i``-th of its cluster) is ``>= floor`` to every group of its cluster.
 
     By the triangle inequality of d = 1 - J (a metric), ``d(x, y) <= d(x, center) + d(center, y)``,
     so ``d(center, x) <= reach`` certifies x without a comparison; other groups are compared with
@@ -251,4 +434,4 @@ def _is_eligible(
     """
     if g == center or 1.0 - to_center[i] <= reach:
         return True
-    return bool(float(jaccard_many(sets[i], sets).min()) >= floor)
+    return bool(float(within(g).min()) >= floor)

@@ -60,7 +60,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import lsh, settings
-from rag_dedup.clusters import UnionFind, cluster_component
+from rag_dedup.clusters import Family, UnionFind, cluster_component
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
@@ -94,6 +94,10 @@ _HASH_BLOCK = 64
 # Band keys of the new groups of a batch at most this many: their buckets are looked up by
 # DedupIndex._lookup_few (Python) rather than _lookup_buckets and _buckets (numpy: a fixed cost a call).
 _FEW_KEYS = 256
+# A component of at least _FAMILY_MIN groups keeps its shingle counts between reclusterings
+# (rag_dedup.clusters.Family); at most _FAMILIES are kept (a few MB each for a family of 20,000).
+_FAMILY_MIN = 512
+_FAMILIES = 4
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 
@@ -180,6 +184,12 @@ class DedupIndex:
         ValueError: A parameter is out of range, or the storage holds an index made with others.
         TypeError: A parameter has the wrong type.
     """
+
+    # The groups whose components add_many reclusters after its last batch (None: not deferring).
+    _deferred: set[int] | None = None
+    # The kept counts of big components (see _family), most recently used first (always replaced,
+    # never changed in place, so this shared empty default stays empty).
+    _families: list[Family] = []
 
     def __init__(
         self,
@@ -402,6 +412,11 @@ class DedupIndex:
         # would walk the caller's whole heap (all their nodes and documents) again.
         paused = gc.isenabled()
         gc.disable()
+        # More than one batch into a private store: the components the batches change are
+        # reclustered once, after the last one (see _recluster_deferred), not after every batch
+        # that touches them. A shared store commits each batch whole, its clusters with it, so
+        # that other workers (and a batch lost with its connection) never see items unplaced.
+        self._deferred = set() if not self.storage.shared and len(parsed) > _batch_size(len(self)) else None
         try:
             start = 0
             while start < len(parsed):
@@ -409,8 +424,11 @@ class DedupIndex:
                 self._add_batch(parsed[start : start + size], previous)
                 start += size
         finally:
-            if paused:
-                gc.enable()
+            try:
+                self._recluster_deferred(previous)
+            finally:
+                if paused:
+                    gc.enable()
 
     def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         storage = self.storage
@@ -547,26 +565,39 @@ class DedupIndex:
         The components are those of verifying every candidate pair: a pair is skipped only when its
         two groups are already joined (it cannot change a component) or when both are old (settled).
         What is bounded is the order. First every new group of a bucket is verified against one
-        member of each old component in it (or, with none, against the bucket's first new group):
-        in a family of n near-identical texts that joins the family with ~n verifications. Then,
-        bucket by bucket, only the pairs across what is still apart are listed and verified, a block
+        member of each old component in it (or, with none, against the bucket's first new group),
+        once per component however many buckets they share (the pass below lists what that leaves
+        out): in a family of n near-identical texts that joins the family with ~n verifications.
+        Then, bucket by bucket, only the pairs across what is still apart are listed and verified, a block
         at a time (a block skips the pairs the blocks before it joined). A pair is verified once,
         however many buckets it shares.
         """
         find = uf.find
         verified: set[tuple[int, int]] = set()
-        probes: list[tuple[int, int]] = []
+        # In a bucket of more than two groups, one probe per new group and old component (without
+        # old groups, against the bucket's first new group): a second probe of the same two sides from another such bucket
+        # is left to the pass below, which lists it only if the two are still apart. In a family
+        # of near-identical texts, whose groups share ~b buckets, that is one verification a new
+        # group instead of ~b.
+        pairs: list[tuple[int, int]] = []
+        probes: dict[tuple[int, Any], int] = {}
         prepared = []
         for old, new in buckets:
             if len(old) + len(new) == 2:  # the most common bucket: its one pair is its probe, and all
-                probes.append((new[0], old[0] if old else new[1]))
+                pairs.append((new[0], old[0] if old else new[1]))
                 continue
             nodes = [node_of[g] for g in old]
             heads = dict(zip(reversed(nodes), reversed(old)))  # each old node's first group in the bucket
-            targets = list(heads.values()) if old else new[:1]
-            probes.extend((x, t) for x in new for t in targets if x != t)
+            if old:
+                for x in new:
+                    for n, t in heads.items():
+                        probes.setdefault((x, n), t)
+            else:  # new groups only: each against the bucket's first
+                first = new[0]
+                pairs.extend((x, first) for x in new[1:])
             prepared.append((old, new, nodes, heads))
-        self._verify(probes, node_of, shingles, uf, verified)
+        pairs.extend((x, t) for (x, _), t in probes.items())
+        self._verify(pairs, node_of, shingles, uf, verified)
         apart: list[tuple[int, int, int]] = []  # (rank among the partners of its first group, pair)
         for old, new, nodes, heads in prepared:
             roots = {n: find(n) for n in heads}
@@ -698,6 +729,9 @@ class DedupIndex:
                 members = storage.group_items([g])[0]
                 if len(members) == 1 and members[0] in fresh_items:
                     continue  # a new text alone in a new group: a cluster of its own, nothing stored
+            if self._deferred is not None:
+                self._deferred.add(min(comp))  # reclustered after the call's last batch
+                continue
             if not joined and not comp & new_groups:
                 placed = self._place_exact_copies(comp, fresh_items)
                 if placed is not None:
@@ -712,6 +746,38 @@ class DedupIndex:
                 for key, entry in zip(keys, storage.get_clusters(keys)):
                     previous.setdefault(key, key if entry is None else entry[0])
             storage.set_clusters(keys, clusters)
+
+    def _recluster_deferred(self, previous: dict[str, str] | None) -> None:
+        """Recluster, whole, the components that hold a group :meth:`_add_parsed`'s batches deferred.
+
+        The clusters are a pure function of a component's set of groups and items, so clustering it
+        once after the last batch gives what clustering it after every batch would, at the cost of
+        one clustering instead of one a batch (a family that grows over k batches was clustered k
+        times, a quadratic cost in its size). Between the batches its new items have no cluster entry
+        yet, which is why only a private store defers (see :meth:`_add_parsed`); ``previous`` as for
+        :meth:`_link_and_recluster` (the representatives before the call).
+        Does nothing (and stops deferring) when nothing was deferred.
+        """
+        deferred, self._deferred = self._deferred, None
+        if not deferred:
+            return
+        storage = self.storage
+        with storage.lock():
+            gids = sorted(deferred)
+            comps: dict[int, frozenset[int]] = {}
+            for comp in storage.component_members(gids):
+                comps.setdefault(min(comp), frozenset(comp))
+            keys: list[str] = []
+            clusters: list[ClusterEntry] = []
+            for comp in comps.values():
+                comp_keys, comp_clusters = self._cluster_component(sorted(comp), {})
+                keys.extend(comp_keys)
+                clusters.extend(comp_clusters)
+            if keys:
+                if previous is not None:
+                    for key, entry in zip(keys, storage.get_clusters(keys)):
+                        previous.setdefault(key, key if entry is None else entry[0])
+                storage.set_clusters(keys, clusters)
 
     def _place_exact_copies(
         self, comp: set[int], fresh_items: Mapping[str, ItemRecord]
@@ -759,10 +825,39 @@ class DedupIndex:
             if rec is None:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+        family = self._family(gids)
+        if family is not None:
+            shingles.update((g, family.sets[g]) for g in gids if g not in shingles and g in family.index)
         missing = [g for g in gids if g not in shingles]
         if missing:
             shingles.update(zip(missing, storage.group_shingles(missing)))
-        return keys, cluster_component(members, shingles, self.drift_floor, self.policy)
+        if family is not None:
+            fresh = [g for g in gids if g not in family.index]
+            family.add(fresh, [shingles[g] for g in fresh])
+        return keys, cluster_component(members, shingles, self.drift_floor, self.policy, family)
+
+    def _family(self, gids: Sequence[int]) -> Family | None:
+        """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.
+
+        Only components of at least ``_FAMILY_MIN`` groups keep one (a small one is cheap to count
+        again, and most of an index is small components). A family whose groups are all in ``gids``
+        describes an earlier state of this component (ids are never reused, and a group's shingles
+        never change), so the largest such one is brought up to ``gids``; one with a group that is
+        no longer here (removed, also by another worker) does not, and is not used. At most
+        ``_FAMILIES`` are kept, the most recently used.
+        """
+        if len(gids) < _FAMILY_MIN:
+            return None
+        here = set(gids)
+        fits = [f for f in self._families if len(f) <= len(here) and all(g in here for g in f.index)]
+        family = max(fits, key=len) if fits else Family()
+        self._families = [family, *(f for f in self._families if f is not family)][:_FAMILIES]
+        return family
+
+    def _forget_group(self, gid: int) -> None:
+        """Take group ``gid`` (being deleted) out of the kept families."""
+        for family in self._families:
+            family.discard(gid)
 
     # --- removing ---------------------------------------------------------------------------
     def remove(self, key: str) -> None:
@@ -799,6 +894,7 @@ class DedupIndex:
                 storage.set_clusters(keys, clusters)
                 return
             (sh,) = storage.group_shingles([rec.gid])
+            self._forget_group(rec.gid)
             storage.delete_group(rec.gid, self._band_keys([sh]))
             rest = sorted(comp - {rec.gid})
             if not rest:
@@ -822,6 +918,7 @@ class DedupIndex:
         with self.storage.lock():
             self.storage.drop()
             self.storage.save_meta(self._meta())
+        self._families = []  # group ids may be handed out again
 
     def close(self) -> None:
         """Release the storage's connections: a Redis index closes its connection pool, an in-memory

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.members import member
 
-from rag_dedup.clusters import UnionFind, cluster_component
-from rag_dedup.policy import longest_then_authority
+from rag_dedup.clusters import Family, UnionFind, cluster_component, pooled_jaccard
+from rag_dedup.policy import Member, longest_then_authority
+from rag_dedup.similarity import jaccard_many
 
 
 def test_union_find() -> None:
@@ -69,3 +72,50 @@ def test_members_of_one_group_land_together() -> None:
     ms = [(member("a1", 10), 1), (member("a2", 50), 1), (member("b", 40), 2)]
     got = cluster_component(ms, {1: interval(0, 100), 2: interval(5, 105)}, 0.7, longest_then_authority)
     assert got == [("a2", [("a2", 1.0), ("a1", 1.0), ("b", 95 / 105)])]
+
+
+def by_largest_key(members: list[Member]) -> Member:
+    """A policy other than the default (which takes a shortcut of its own): the largest key."""
+    return max(members, key=lambda m: m.key)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 30))
+def test_a_kept_family_gives_what_counting_again_gives(seed: int, n: int) -> None:
+    """Groups join and leave a Family in any order: its coverage is pooled_jaccard of the groups it
+    holds, float for float, its similarities are jaccard_many's, and cluster_component with it gives
+    the clusters it gives without (the default policy and another)."""
+    rng = random.Random(seed)  # a seed, not st.randoms(): the draws would exceed hypothesis's entropy budget
+    core = rng.sample(range(300), 50)
+    sets = {}
+    for g in range(n):
+        kept = [x for x in core if rng.random() < rng.choice((0.7, 0.9, 1.0))]
+        sets[3 * g + 1] = np.unique(np.array(kept + [rng.randrange(300) for _ in range(rng.randrange(20))], dtype=np.uint32))
+    waiting = list(sets)
+    rng.shuffle(waiting)
+    family, held = Family(), []
+    while waiting or held:
+        if waiting and (not held or rng.random() < 0.7):
+            joining = [waiting.pop() for _ in range(min(len(waiting), rng.randint(1, 4)))]
+            family.add(joining, [sets[g] for g in joining])
+            held += joining
+        else:
+            family.discard(held.pop(rng.randrange(len(held))))
+        if not held:
+            continue
+        order = sorted(held)
+        rows = family.rows(order)
+        assert np.array_equal(family.coverage(rows), pooled_jaccard([sets[g] for g in order]))
+        anchor = rng.choice(order)
+        assert np.array_equal(family.similarities(anchor, rows, sets, order), jaccard_many(sets[anchor], [sets[g] for g in order]))
+        ms = [(member(f"k{g}-{i}", rng.randint(1, 4)), g) for g in order for i in range(rng.randint(1, 2))]
+        for policy in (longest_then_authority, by_largest_key):
+            assert cluster_component(ms, sets, 0.7, policy, family) == cluster_component(ms, sets, 0.7, policy)
+
+
+def test_cluster_component_refuses_a_family_of_other_groups() -> None:
+    family = Family()
+    family.add([1, 2], [CHAIN[1], CHAIN[2]])
+    ms = [(member("a", 40), 1), (member("b", 30), 2), (member("c", 20), 3)]
+    with pytest.raises(ValueError, match="exactly the groups"):
+        cluster_component(ms, CHAIN, 0.7, longest_then_authority, family)

@@ -116,6 +116,63 @@ def test_a_big_family_verifies_a_few_pairs_a_member(monkeypatch: pytest.MonkeyPa
     assert 0 < sum(verified) < 10 * len(items)
 
 
+def test_kept_family_counts_give_the_partition_of_counting_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every component of two groups or more keeps a Family here: added in shuffled batches and one
+    at a time, groups and single copies removed and added again, the clusters are those of an index
+    that counts every component again, and those of the exact graph."""
+    items = bsd_family()[::2] + [(f"copy/{k}", t.upper()) for k, t in bsd_family()[:40:4]]
+    monkeypatch.setattr(index_module, "_FAMILY_MIN", 10**9)
+    counted = DedupIndex(threshold=0.8)
+    counted.add_many(items)
+    monkeypatch.setattr(index_module, "_FAMILY_MIN", 2)
+    order = list(items)
+    random.Random(3).shuffle(order)
+    index = DedupIndex(threshold=0.8)
+    index.add_many(order[:100])
+    for key, text in order[100:130]:
+        index.add(key, text)
+    index.add_many(order[130:])
+    assert index._families  # the path under test was taken
+    gone = [k for k, _ in order[::25]] + ["copy/bsd/0", "bsd/0"]
+    for key in gone:
+        index.remove(key)
+    assert stored_clusters(index) == exact_graph_clusters(index)
+    for key, text in items:
+        if key in gone:
+            index.add(key, text)
+    assert snapshot(index) == snapshot(counted)
+
+
+def test_add_many_clusters_a_component_once_however_many_batches_grow_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family that grows over many batches of one add_many is clustered after the last one only
+    (it was clustered after each, a cost quadratic in its size), with the same result as one batch."""
+    items = [(k, t) for k, t in bsd_family() if k.startswith("bsd/")]
+    whole = DedupIndex(threshold=0.8)
+    whole.add_many(items)
+    sizes: list[int] = []
+    clustering = index_module.cluster_component
+    monkeypatch.setattr(index_module, "cluster_component", lambda members, *a: (sizes.append(len(members)), clustering(members, *a))[1])
+    monkeypatch.setattr(index_module, "_BATCH", 50)
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items)
+    assert len([s for s in sizes if s > len(items) // 2]) == 1
+    assert snapshot(index) == snapshot(whole)
+
+
+def test_add_many_stopped_by_a_bad_item_leaves_the_batches_before_it_clustered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches before the one holding a rejected item stay added, and clustered as that set says."""
+    items = [(k, t) for k, t in bsd_family() if k.startswith("bsd/")][:200]
+    monkeypatch.setattr(index_module, "_BATCH", 50)
+    index = DedupIndex(threshold=0.8)
+    index.add(items[120][0], "another text under a key the third batch holds")
+    with pytest.raises(ValueError, match="already in the index"):
+        index.add_many(items)
+    index.remove(items[120][0])
+    expected = DedupIndex(threshold=0.8)
+    expected.add_many(items[:100])
+    assert snapshot(index) == snapshot(expected)
+
+
 def test_match_says_which_representative_an_add_displaced() -> None:
     (a, ta), (b, tb) = family("apache-notice")[:2]
     short, long_ = sorted([(a, ta), (b, tb)], key=lambda kt: len(kt[1]))
