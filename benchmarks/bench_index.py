@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -266,30 +265,39 @@ def _keep(index: DedupIndex, items: list[tuple[str, str]]) -> None:
     _KEEP.clear()
 
 
-def _vm_hwm_kb() -> int:
+def _vm_kb(field: str = "VmHWM") -> int:
+    """A memory figure of this process from ``/proc/self/status`` (kB): the peak ``VmHWM`` or the current ``VmRSS``."""
     for row in Path("/proc/self/status").read_text().splitlines():
-        if row.startswith("VmHWM:"):
+        if row.startswith(field + ":"):
             return int(row.split()[1])
     return -1
 
 
+def _reset_peak() -> None:
+    """Reset VmHWM to the current RSS (``/proc/self/clear_refs``), so that the peak of loading the chunks
+    does not hide the build's."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def one_size(path: str) -> None:
-    """In this (fresh) process: ``add_many`` the pickled chunks at ``path`` once; print a ``RESULT`` line."""
+    """In this (fresh) process: ``add_many`` the chunks at ``path`` (a JSON list of [key, text]) once; print a ``RESULT`` line."""
     import rag_dedup
 
-    with open(path, "rb") as f:
-        items = pickle.load(f)
+    with open(path, encoding="utf-8") as f:
+        items = [(key, text) for key, text in json.load(f)]
     # Warm up first (imports, compiled kernels, caches) on other text, so that the timing is the index's.
     DedupIndex(threshold=0.8).add_many([(f"warm-{i}", f"warm up text number {i} " * 20) for i in range(300)])
     gc.collect()
-    before = _vm_hwm_kb()
+    _reset_peak()
+    before = _vm_kb("VmRSS")
     t0 = time.perf_counter()
     index = DedupIndex(threshold=0.8)
     index.add_many(items)
     seconds = time.perf_counter() - t0
     partition = sorted((rep, sorted(members)) for rep, members in index.clusters(include_singletons=False))
     clusters = hashlib.sha256(json.dumps(partition).encode()).hexdigest()
-    print("RESULT " + json.dumps({"n": len(items), "s": seconds, "hwm_kb": _vm_hwm_kb(), "start_kb": before,
+    print("RESULT " + json.dumps({"n": len(items), "s": seconds, "hwm_kb": _vm_kb(), "start_kb": before,
                                   "clusters": clusters, "package": str(Path(rag_dedup.__file__).parent)}))
 
 
@@ -307,11 +315,13 @@ def fresh_processes(sizes: list[int], baseline: str | None, rounds: int = 2, dat
         paths = []
         for n in sizes:
             # With --data-dir, the chunks are written there once and read back by later runs.
-            paths.append(os.path.join(data_dir or tmp, f"planted-{n}-of-{pool}.pkl"))
+            if data_dir:
+                os.makedirs(data_dir, exist_ok=True)
+            paths.append(os.path.join(data_dir or tmp, f"planted-{n}-of-{pool}.json"))
             if not os.path.exists(paths[-1]):
                 items = planted_chunks(n, seed=5, pool=pool, distinct=True, max_rate=0.025)[0]
-                with open(paths[-1], "wb") as f:
-                    pickle.dump(items, f)
+                with open(paths[-1], "w", encoding="utf-8") as f:
+                    json.dump(items, f, ensure_ascii=False)
         for _ in range(rounds):
             for n, path in zip(sizes, paths):
                 for name, tree in trees:

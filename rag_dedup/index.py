@@ -741,11 +741,18 @@ class DedupIndex:
             comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
-        if keys:
-            if previous is not None:
-                for key, entry in zip(keys, storage.get_clusters(keys)):
-                    previous.setdefault(key, key if entry is None else entry[0])
-            storage.set_clusters(keys, clusters)
+        self._store_clusters(keys, clusters, previous)
+
+    def _store_clusters(self, keys: list[str], clusters: list[ClusterEntry], previous: dict[str, str] | None) -> None:
+        """Write the clusters of ``keys``, first noting in ``previous`` the representative each had
+        before (its own key if it had none), as :meth:`_link_and_recluster` reports it."""
+        if not keys:
+            return
+        storage = self.storage
+        if previous is not None:
+            for key, entry in zip(keys, storage.get_clusters(keys)):
+                previous.setdefault(key, key if entry is None else entry[0])
+        storage.set_clusters(keys, clusters)
 
     def _recluster_deferred(self, previous: dict[str, str] | None) -> None:
         """Recluster, whole, the components that hold a group :meth:`_add_parsed`'s batches deferred.
@@ -773,11 +780,7 @@ class DedupIndex:
                 comp_keys, comp_clusters = self._cluster_component(sorted(comp), {})
                 keys.extend(comp_keys)
                 clusters.extend(comp_clusters)
-            if keys:
-                if previous is not None:
-                    for key, entry in zip(keys, storage.get_clusters(keys)):
-                        previous.setdefault(key, key if entry is None else entry[0])
-                storage.set_clusters(keys, clusters)
+            self._store_clusters(keys, clusters, previous)
 
     def _place_exact_copies(
         self, comp: set[int], fresh_items: Mapping[str, ItemRecord]
