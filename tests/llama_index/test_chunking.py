@@ -49,6 +49,17 @@ def _tokens(text: str) -> int:
     return len(TOKENIZER(text))
 
 
+def _spliced_into_two_hosts(corpus: dict[str, str], passage: str, chunker: SentenceChunker) -> list[tuple[str, int]]:
+    """``passage`` spliced into the running text of two real hosts at a sentence start (40% into
+    openssl's copyright file, 60% into libllvm15's): each host's text and where the passage starts."""
+    spliced = []
+    for host_name, fraction in [("copyright/openssl.txt", 0.4), ("copyright/libllvm15.txt", 0.6)]:
+        host = corpus[host_name]
+        offset = next(s for s, _ in chunker.sentence_spans(host) if s >= len(host) * fraction)
+        spliced.append((host[:offset] + passage + " " + host[offset:], offset))
+    return spliced
+
+
 def _passage(relative: str, first: int, count: int, chunker: SentenceChunker) -> str:
     """``count`` consecutive sentences of a corpus file, joined into one paragraph."""
     text = _read(relative)
@@ -315,13 +326,10 @@ def test_a_small_chunk_target_finds_a_short_passage_spliced_into_running_text(co
     trade-off (with the default, a passage shorter than a chunk seldom holds a whole chunk)."""
     chunker = SentenceChunker(chunk_target=48)
     passage = _passage("licenses/GPL-3.txt", first, 6, chunker)
-    inside = []
-    for host_name, fraction in [("copyright/openssl.txt", 0.4), ("copyright/libllvm15.txt", 0.6)]:
-        host = corpus[host_name]
-        offset = next(s for s, _ in chunker.sentence_spans(host) if s >= len(host) * fraction)
-        text = host[:offset] + passage + " " + host[offset:]
-        end = offset + len(passage)
-        inside.append({text[s:e] for s, e in chunker.chunk_spans(text) if offset <= s and e <= end})
+    inside = [
+        {text[s:e] for s, e in chunker.chunk_spans(text) if offset <= s and e <= offset + len(passage)}
+        for text, offset in _spliced_into_two_hosts(corpus, passage, chunker)
+    ]
     assert inside[0] & inside[1]
 
 
@@ -637,11 +645,8 @@ def test_every_cut_inside_a_spliced_passage_is_the_same_in_both_hosts(corpus: di
     sentence, so a chunk starting there may be in one host only)."""
     chunker = SentenceChunker()
     passage = _passage("licenses/GPL-3.txt", first, 12, chunker)
-    inside = []
-    for host_name, fraction in [("copyright/openssl.txt", 0.4), ("copyright/libllvm15.txt", 0.6)]:
-        host = corpus[host_name]
-        offset = next(s for s, _ in chunker.sentence_spans(host) if s >= len(host) * fraction)
-        text = host[:offset] + passage + " " + host[offset:]
-        end = offset + len(passage)
-        inside.append({(s - offset, e - offset) for s, e in chunker.chunk_spans(text) if offset < s and e <= end})
+    inside = [
+        {(s - offset, e - offset) for s, e in chunker.chunk_spans(text) if offset < s and e <= offset + len(passage)}
+        for text, offset in _spliced_into_two_hosts(corpus, passage, chunker)
+    ]
     assert inside[0] and inside[0] == inside[1]
