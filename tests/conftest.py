@@ -212,3 +212,11 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]
     yield make
     for server in servers:
         server.kill()
+
+
+@pytest.fixture
+def reference_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the test on the numpy reference path (``rag_dedup.compiled.COMPILED = False``)."""
+    from rag_dedup import compiled
+
+    monkeypatch.setattr(compiled, "COMPILED", False)
