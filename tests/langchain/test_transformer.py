@@ -99,7 +99,7 @@ def test_indexing_api_after_the_transformer_writes_one_copy_and_rerun_skips_ever
     docs = corpus_documents()
     # One batch: LangChain's incremental cleanup deletes and re-adds the documents of a source that
     # spans two of its batches (its own behaviour, with or without rag-dedup).
-    kwargs = {"cleanup": "incremental", "source_id_key": "source", "batch_size": len(docs)}
+    kwargs = {"cleanup": "incremental", "source_id_key": "source", "batch_size": len(docs), "key_encoder": "blake2b"}
     first = index(dedup.transform_documents(docs), manager, store, **kwargs)
     passed = first["num_added"]
     assert 0 < passed < len(docs)
