@@ -57,6 +57,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.index import pack, pair_intersections
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
@@ -71,6 +73,9 @@ Similarities = Callable[[int], np.ndarray]
 _SLACK = 1e-9
 # Similarity vectors a Family keeps (center, representative, an eligibility check).
 _ANCHORS = 3
+# A component of at most this many groups (and no Family) is clustered from the shared shingles of all
+# its pairs, counted at once by the compiled kernel (_Dense), when the kernels are on.
+_DENSE_MAX = 32
 
 
 class UnionFind(Generic[T]):
@@ -282,6 +287,55 @@ class Family:
         return known[rows]
 
 
+class _Dense:
+    """The shared shingles of every pair of a few groups, counted at once by the compiled kernel
+    (:func:`rag_dedup.compiled.index.pair_intersections`), for :func:`cluster_component` of a small
+    component: :meth:`coverage` and :meth:`similarities` give :func:`pooled_jaccard` and
+    :func:`~rag_dedup.similarity.jaccard_many` from the same integers, so the same floats."""
+
+    def __init__(self, gids: Sequence[int], shingles: Mapping[int, np.ndarray]) -> None:
+        self.at = {g: i for i, g in enumerate(gids)}
+        flat, bounds, sizes = pack([shingles[g] for g in gids])
+        n = len(gids)
+        left, right = np.triu_indices(n, 1)
+        shared = np.zeros((n, n), dtype=np.int64)
+        shared[left, right] = shared[right, left] = pair_intersections(flat, bounds, left, right)
+        self.sizes = np.array(sizes, dtype=np.int64)
+        shared[np.arange(n), np.arange(n)] = self.sizes  # |g ∩ g|
+        self.shared = shared
+
+    def _rows(self, order: Sequence[int]) -> np.ndarray:
+        at = self.at
+        return np.array([at[g] for g in order], dtype=np.int64)
+
+    def coverage(self, order: Sequence[int]) -> np.ndarray:
+        """:func:`pooled_jaccard` of the sets of ``order`` (groups given to the constructor)."""
+        rows = self._rows(order)
+        n = len(rows)
+        out = np.zeros(n, dtype=np.float64)
+        sizes = self.sizes[rows]
+        if n < 2 or not sizes.any():
+            return out
+        inter = self.shared[np.ix_(rows, rows)].sum(axis=1) - sizes  # Σ_{x != g} |g ∩ x|
+        union = (n - 2) * sizes + int(sizes.sum()) - inter
+        nonempty = sizes > 0
+        out[nonempty] = inter[nonempty] / union[nonempty]
+        return out
+
+    def similarities(self, g: int, order: Sequence[int]) -> np.ndarray:
+        """``jaccard_many(shingles[g], [shingles[y] for y in order])``."""
+        rows = self._rows(order)
+        out = np.zeros(len(rows), dtype=np.float64)
+        a = int(self.sizes[self.at[g]])
+        if a == 0:
+            return out
+        sizes = self.sizes[rows]
+        inter = self.shared[self.at[g], rows]
+        nonempty = sizes > 0
+        out[nonempty] = inter[nonempty] / (a + sizes[nonempty] - inter[nonempty])
+        return out
+
+
 def _per_row(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The sums of consecutive runs of ``values``, run i of length ``sizes[i]`` (empty runs sum to 0)."""
     sums = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
@@ -335,10 +389,16 @@ def cluster_component(
         if len(family) != len(remaining) or any(g not in family.index for g in remaining):
             raise ValueError("the family does not hold exactly the groups of the members")
         rows = family.rows(remaining)
+    dense = _Dense(remaining, shingles) if rows is None and len(remaining) <= _DENSE_MAX and compiled.COMPILED else None
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
         sets = [shingles[g] for g in remaining]
-        if rows is None:
+        if dense is not None:
+            coverage = dense.coverage(remaining)
+
+            def against(g: int, _order: Sequence[int] = remaining) -> np.ndarray:
+                return dense.similarities(g, _order)  # type: ignore[union-attr]
+        elif rows is None:
             coverage = pooled_jaccard(sets)
 
             def against(g: int, _sets: Sequence[np.ndarray] = sets) -> np.ndarray:
