@@ -58,7 +58,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import pack, pair_intersections
+from rag_dedup.compiled.index import intersection_matrix, pack
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
@@ -75,7 +75,7 @@ _SLACK = 1e-9
 _ANCHORS = 3
 # A component of at most this many groups (and no Family) is clustered from the shared shingles of all
 # its pairs, counted at once by the compiled kernel (_Dense), when the kernels are on.
-_DENSE_MAX = 32
+_DENSE_MAX = 16
 
 
 class UnionFind(Generic[T]):
@@ -289,51 +289,41 @@ class Family:
 
 class _Dense:
     """The shared shingles of every pair of a few groups, counted at once by the compiled kernel
-    (:func:`rag_dedup.compiled.index.pair_intersections`), for :func:`cluster_component` of a small
+    (:func:`rag_dedup.compiled.index.intersection_matrix`), for :func:`cluster_component` of a small
     component: :meth:`coverage` and :meth:`similarities` give :func:`pooled_jaccard` and
-    :func:`~rag_dedup.similarity.jaccard_many` from the same integers, so the same floats."""
+    :func:`~rag_dedup.similarity.jaccard_many` from the same integers, so the same floats (worked
+    out in plain Python: a few groups make lists shorter than a numpy call's fixed cost)."""
 
     def __init__(self, gids: Sequence[int], shingles: Mapping[int, np.ndarray]) -> None:
         self.at = {g: i for i, g in enumerate(gids)}
-        flat, bounds, sizes = pack([shingles[g] for g in gids])
-        n = len(gids)
-        left, right = np.triu_indices(n, 1)
-        shared = np.zeros((n, n), dtype=np.int64)
-        shared[left, right] = shared[right, left] = pair_intersections(flat, bounds, left, right)
-        self.sizes = np.array(sizes, dtype=np.int64)
-        shared[np.arange(n), np.arange(n)] = self.sizes  # |g ∩ g|
-        self.shared = shared
-
-    def _rows(self, order: Sequence[int]) -> np.ndarray:
-        at = self.at
-        return np.array([at[g] for g in order], dtype=np.int64)
+        flat, bounds, self.sizes = pack([shingles[g] for g in gids])
+        self.shared: list[list[int]] = intersection_matrix(flat, bounds).tolist()
 
     def coverage(self, order: Sequence[int]) -> np.ndarray:
         """:func:`pooled_jaccard` of the sets of ``order`` (groups given to the constructor)."""
-        rows = self._rows(order)
+        rows = [self.at[g] for g in order]
         n = len(rows)
-        out = np.zeros(n, dtype=np.float64)
-        sizes = self.sizes[rows]
-        if n < 2 or not sizes.any():
-            return out
-        inter = self.shared[np.ix_(rows, rows)].sum(axis=1) - sizes  # Σ_{x != g} |g ∩ x|
-        union = (n - 2) * sizes + int(sizes.sum()) - inter
-        nonempty = sizes > 0
-        out[nonempty] = inter[nonempty] / union[nonempty]
-        return out
+        sizes = [self.sizes[i] for i in rows]
+        total = sum(sizes)
+        if n < 2 or not total:
+            return np.zeros(n, dtype=np.float64)
+        out = []
+        for i, size in zip(rows, sizes):
+            shared = self.shared[i]
+            inter = sum(shared[j] for j in rows) - size  # Σ_{x != g} |g ∩ x|
+            out.append(inter / ((n - 2) * size + total - inter) if size else 0.0)
+        return np.array(out, dtype=np.float64)
 
     def similarities(self, g: int, order: Sequence[int]) -> np.ndarray:
         """``jaccard_many(shingles[g], [shingles[y] for y in order])``."""
-        rows = self._rows(order)
-        out = np.zeros(len(rows), dtype=np.float64)
-        a = int(self.sizes[self.at[g]])
-        if a == 0:
-            return out
-        sizes = self.sizes[rows]
-        inter = self.shared[self.at[g], rows]
-        nonempty = sizes > 0
-        out[nonempty] = inter[nonempty] / (a + sizes[nonempty] - inter[nonempty])
-        return out
+        a = self.sizes[self.at[g]]
+        shared = self.shared[self.at[g]]
+        sizes = self.sizes
+        out = []
+        for y in order:
+            j = self.at[y]
+            out.append(shared[j] / (a + sizes[j] - shared[j]) if a and sizes[j] else 0.0)
+        return np.array(out, dtype=np.float64)
 
 
 def _per_row(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:

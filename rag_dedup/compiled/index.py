@@ -27,7 +27,7 @@ import numpy as np
 
 from rag_dedup.compiled import kernel
 
-__all__ = ["pack", "pair_intersections", "pair_jaccard"]
+__all__ = ["intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
 
 
 @kernel
@@ -54,6 +54,33 @@ def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, r
             else:
                 j += 1
         out[k] = shared
+    return out
+
+
+@kernel
+def intersection_matrix(flat: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """``|S_i ∩ S_j|`` for every pair of the sets of ``(flat, bounds)`` (as :func:`pair_intersections`):
+    an ``(n, n)`` int64 array, symmetric, with the sizes on the diagonal."""
+    n = len(bounds) - 1
+    out = np.zeros((n, n), dtype=np.int64)
+    for a in range(n):
+        out[a, a] = bounds[a + 1] - bounds[a]
+        for b in range(a + 1, n):
+            i, end_i = bounds[a], bounds[a + 1]
+            j, end_j = bounds[b], bounds[b + 1]
+            shared = 0
+            while i < end_i and j < end_j:
+                x = flat[i]
+                y = flat[j]
+                if x == y:
+                    shared += 1
+                    i += 1
+                    j += 1
+                elif x < y:
+                    i += 1
+                else:
+                    j += 1
+            out[a, b] = out[b, a] = shared
     return out
 
 

@@ -301,8 +301,8 @@ class BandTable:
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
-        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
+        keys = np.array([k for k, gs in self._buffer.items() for _ in gs], dtype=np.uint64)
+        gids = np.array([g for gs in self._buffer.values() for g in gs], dtype=np.int32)
         self._buffer, self._buffered = {}, 0
         self._add(keys, gids)
 
