@@ -145,6 +145,7 @@ SPLIT_STAGES = [
     ("bucket lookup", "DedupIndex", "_lookup_few"),
     ("bucket lookup", "DedupIndex", "_lookup_buckets"),
     ("bucket lookup", "index", "_buckets"),
+    ("bucket lookup", "storage", "query_bands"),  # add()'s one row (DedupIndex._add_one)
     ("creating the group", "storage", "create_groups"),
     ("item records", "storage", "put_items"),
     ("verification and reclustering", "DedupIndex", "_link_and_recluster"),

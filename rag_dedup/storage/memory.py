@@ -102,6 +102,9 @@ class BandTable:
     def __init__(self) -> None:
         self._runs = [_Run() for _ in range(16)]
         self._buffer: dict[int, list[int]] = {}
+        # The buffered entries again, in the order inserted (what a flush writes to the runs).
+        self._buffer_keys: list[int] = []
+        self._buffer_gids: list[int] = []
         self._buffered = 0
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
@@ -125,6 +128,8 @@ class BandTable:
             g = int(gid)
             for k in values[row * width : (row + 1) * width]:
                 setdefault(k, []).append(g)
+            self._buffer_gids.extend([g] * width)
+        self._buffer_keys.extend(values)
         self._buffered += len(values)
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
@@ -140,6 +145,10 @@ class BandTable:
                 self._buffer[k] = gs
             else:
                 del self._buffer[k]
+        if gid in self._buffer_gids:
+            kept = [(k, g) for k, g in zip(self._buffer_keys, self._buffer_gids) if g != gid]
+            self._buffer_keys = [k for k, _ in kept]
+            self._buffer_gids = [g for _, g in kept]
 
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
@@ -301,9 +310,9 @@ class BandTable:
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        keys = np.array([k for k, gs in self._buffer.items() for _ in gs], dtype=np.uint64)
-        gids = np.array([g for gs in self._buffer.values() for g in gs], dtype=np.int32)
-        self._buffer, self._buffered = {}, 0
+        keys = np.array(self._buffer_keys, dtype=np.uint64)
+        gids = np.array(self._buffer_gids, dtype=np.int32)
+        self._buffer, self._buffer_keys, self._buffer_gids, self._buffered = {}, [], [], 0
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
