@@ -216,14 +216,15 @@ class BandTable:
                 size = len(level_keys)
                 if not size:
                     continue
+                view = memoryview(level_keys)  # reads Python ints (a numpy scalar compares slowly)
                 for i, lo in zip(at[first:last], level_keys.searchsorted(part).tolist()):
                     value = values[i]
                     hi = lo
-                    while hi < size and level_keys[hi] == value:
+                    while hi < size and view[hi] == value:
                         hi += 1
                     if hi > lo:
                         row = i // b
-                        found.update((row, g) for g in level_gids[lo:hi].tolist())
+                        found.update((row, g) for g in memoryview(level_gids)[lo:hi].tolist())
         if self._buffer:
             get = self._buffer.get
             for i, k in enumerate(values):
