@@ -101,7 +101,9 @@ class BandTable:
 
     def __init__(self) -> None:
         self._runs = [_Run() for _ in range(16)]
-        self._buffer: dict[int, list[int]] = {}
+        # Buffered entries by key: a group id, or a tuple of them for a key filed more than once (no list
+        # per key: a list is an object the cyclic garbage collector tracks, ints and tuples of ints are not).
+        self._buffer: dict[int, int | tuple[int, ...]] = {}
         # The buffered entries again, in the order inserted (what a flush writes to the runs).
         self._buffer_keys: list[int] = []
         self._buffer_gids: list[int] = []
@@ -123,32 +125,38 @@ class BandTable:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
         values = keys.reshape(-1).tolist()
-        setdefault = self._buffer.setdefault
-        for row, gid in enumerate(gids):
-            g = int(gid)
-            for k in values[row * width : (row + 1) * width]:
-                setdefault(k, []).append(g)
-            self._buffer_gids.extend([g] * width)
+        flat_gids = [int(gid) for gid in gids for _ in range(width)]
+        self._buffer_entries(values, flat_gids)
         self._buffer_keys.extend(values)
+        self._buffer_gids.extend(flat_gids)
         self._buffered += len(values)
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
+
+    def _buffer_entries(self, keys: Sequence[int], gids: Sequence[int]) -> None:
+        """File ``gids[i]`` under ``keys[i]`` in the buffer's dict."""
+        buffer = self._buffer
+        get = buffer.get
+        for k, g in zip(keys, gids):
+            current = get(k)
+            if current is None:
+                buffer[k] = g
+            elif type(current) is int:
+                buffer[k] = (current, g)
+            else:
+                buffer[k] = (*current, g)  # type: ignore[misc]
 
     def delete(self, gid: int) -> None:
         """Forget group ``gid`` (a tombstone until every run has been compacted)."""
         self._dead.add(gid)
         self._compacted = set()
-        for k in [k for k, gs in self._buffer.items() if gid in gs]:
-            gs = [g for g in self._buffer[k] if g != gid]
-            self._buffered -= len(self._buffer[k]) - len(gs)
-            if gs:
-                self._buffer[k] = gs
-            else:
-                del self._buffer[k]
         if gid in self._buffer_gids:
             kept = [(k, g) for k, g in zip(self._buffer_keys, self._buffer_gids) if g != gid]
             self._buffer_keys = [k for k, _ in kept]
             self._buffer_gids = [g for _, g in kept]
+            self._buffered = len(kept)
+            self._buffer = {}
+            self._buffer_entries(self._buffer_keys, self._buffer_gids)
 
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
@@ -179,7 +187,7 @@ class BandTable:
             gid_parts.append(gids)
         if self._buffer:
             get = self._buffer.get
-            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in get(k, ())]
+            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in _entries(get(k))]
             row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
             gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
         if not row_parts:
@@ -229,9 +237,9 @@ class BandTable:
             get = self._buffer.get
             for i, k in enumerate(values):
                 gs = get(k)
-                if gs:
+                if gs is not None:
                     row = i // b
-                    found.update((row, g) for g in gs)
+                    found.update((row, g) for g in _entries(gs))
         if self._dead:
             found = {pair for pair in found if pair[1] not in self._dead}
         pairs = sorted(found)
@@ -269,8 +277,12 @@ class BandTable:
             get = self._buffer.get
             for value in values:
                 gs = get(value)
-                if gs:
-                    found.update(gs)
+                if gs is None:
+                    continue
+                if type(gs) is int:
+                    found.add(gs)
+                else:
+                    found.update(gs)  # type: ignore[arg-type]
         if self._dead:
             found -= self._dead
         return found
@@ -349,6 +361,13 @@ class BandTable:
             run.main_keys = keys[bounds[shard] : bounds[shard + 1]].copy()
             run.main_gids = gids[bounds[shard] : bounds[shard + 1]].copy()
         self._set_filter(keys)
+
+
+def _entries(found: int | tuple[int, ...] | None) -> tuple[int, ...]:
+    """The group ids of one key's entry in :class:`BandTable`'s buffer (None: no entry)."""
+    if found is None:
+        return ()
+    return (found,) if type(found) is int else found  # type: ignore[return-value]
 
 
 # The shard numbers 0..16 (the bounds of the runs' key ranges, in the top four key bits).
