@@ -1,4 +1,4 @@
-"""Compiled kernel of the index's small verifications: shared shingles of a few pairs of sets.
+"""Compiled kernels of the index's one-item path: shared shingles of a few pairs of sets, a few band keys looked up.
 
 :meth:`DedupIndex._verify <rag_dedup.index.DedupIndex._verify>` checks the candidates of one ``add``
 (or of a small ``add_many``) with their exact Jaccard, and
@@ -7,8 +7,11 @@ groups; both need ``|A ∩ B|`` for a handful of pairs of sorted unique shingle 
 reference (:func:`~rag_dedup.similarity.jaccard_pairs`, :func:`~rag_dedup.similarity.jaccard_many`,
 :func:`~rag_dedup.clusters.pooled_jaccard`) pays a fixed cost of a dozen or more numpy calls. The
 kernel merges the two arrays of each pair instead, in one call for all of them. The Jaccard values
-and the pooled sums built from its counts are the reference's integers, so the same floats
-(``tests/test_compiled_index.py`` holds them equal, value for value).
+and the pooled sums built from its counts are the reference's integers, so the same floats.
+:func:`band_lookup` finds the bucket entries of a few band keys (one ``add``'s row, a small
+``add_many``'s) in a :class:`~rag_dedup.storage.memory.BandTable`'s runs, where the reference binary-
+searches them from Python. ``tests/test_compiled_index.py`` holds every kernel equal to its
+reference, value for value.
 
 Example:
     >>> import numpy as np
@@ -27,7 +30,7 @@ import numpy as np
 
 from rag_dedup.compiled import kernel
 
-__all__ = ["intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
+__all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
 
 
 @kernel
@@ -82,6 +85,54 @@ def intersection_matrix(flat: np.ndarray, bounds: np.ndarray) -> np.ndarray:
                     j += 1
             out[a, b] = out[b, a] = shared
     return out
+
+
+@kernel
+def band_lookup(
+    keys: np.ndarray, bits: np.ndarray, mask: np.uint64, level_keys: object, level_gids: object
+) -> tuple[np.ndarray, np.ndarray]:
+    """The entries of a :class:`~rag_dedup.storage.memory.BandTable`'s runs under each of ``keys``.
+
+    ``level_keys[2 r]`` and ``level_keys[2 r + 1]`` are the sorted keys of run ``r``'s main and young
+    levels (run ``r`` holds the keys whose top four bits are ``r``), ``level_gids`` their group ids
+    (numba typed lists); ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
+    clear is in no run and is not searched. Returns ``(index into keys, group id)`` of every entry
+    found, int64, key by key, main level first, each level in its order (what the reference loop of
+    ``BandTable._query_small`` finds).
+    """
+    n = len(keys)
+    lows = np.zeros(2 * n, dtype=np.int64)
+    highs = np.zeros(2 * n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        key = keys[i]
+        slot = key & mask
+        if (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1) == 0:
+            continue
+        shard = np.int64(key >> np.uint64(60))
+        for level in range(2):
+            found = level_keys[2 * shard + level]
+            lo = np.searchsorted(found, key)
+            hi = lo
+            while hi < len(found) and found[hi] == key:
+                hi += 1
+            lows[2 * i + level] = lo
+            highs[2 * i + level] = hi
+            count += hi - lo
+    rows = np.empty(count, dtype=np.int64)
+    gids = np.empty(count, dtype=np.int64)
+    at = 0
+    for i in range(n):
+        shard = np.int64(keys[i] >> np.uint64(60))
+        for level in range(2):
+            lo, hi = lows[2 * i + level], highs[2 * i + level]
+            if hi > lo:
+                owners = level_gids[2 * shard + level]
+                for j in range(lo, hi):
+                    rows[at] = i
+                    gids[at] = owners[j]
+                    at += 1
+    return rows, gids
 
 
 def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.index import band_lookup
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
@@ -112,6 +114,28 @@ class BandTable:
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
         self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
+        # The runs' levels as numba typed lists, for band_lookup (built when first asked, dropped when
+        # the runs change; they hold the same arrays, not copies).
+        self._typed: tuple[Any, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_typed"] = None  # numba's typed lists are rebuilt, not copied or pickled
+        return state
+
+    def _levels(self) -> tuple[Any, Any]:
+        """The keys and the group ids of every run's main and young levels (run r at 2r and 2r + 1), as
+        the numba typed lists :func:`~rag_dedup.compiled.index.band_lookup` takes."""
+        if self._typed is None:
+            from numba import typed
+
+            keys, gids = typed.List(), typed.List()
+            for run in self._runs:
+                for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
+                    keys.append(level_keys if level_keys.flags.writeable else level_keys.copy())
+                    gids.append(level_gids if level_gids.flags.writeable else level_gids.copy())
+            self._typed = (keys, gids)
+        return self._typed
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs) + self._buffered
@@ -161,7 +185,7 @@ class BandTable:
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
         if keys.shape[0] == 1:
-            return [self.query_row(keys.reshape(-1).tolist())]
+            return [self.query_row(keys.reshape(-1))]
         out: list[set[int]] = [set() for _ in range(keys.shape[0])]
         rows, gids = self.query_pairs(keys)
         for row, gid in zip(rows.tolist(), gids.tolist()):
@@ -208,6 +232,27 @@ class BandTable:
         flat = keys.reshape(-1)
         values = flat.tolist()
         found: set[tuple[int, int]] = set()
+        if compiled.COMPILED:
+            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())
+            found.update(zip((rows // b).tolist(), gids.tolist()))
+        else:
+            self._search_runs(flat, values, b, found)
+        if self._buffer:
+            get = self._buffer.get
+            for i, k in enumerate(values):
+                gs = get(k)
+                if gs is not None:
+                    row = i // b
+                    found.update((row, g) for g in _entries(gs))
+        if self._dead:
+            found = {pair for pair in found if pair[1] not in self._dead}
+        pairs = sorted(found)
+        rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+        return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
+
+    def _search_runs(self, flat: np.ndarray, values: list[int], b: int, found: set[tuple[int, int]]) -> None:
+        """Add to ``found`` the (row, group) of every entry of the runs under a key of ``flat`` (``values``
+        as ints, ``b`` keys a row): the reference of :func:`~rag_dedup.compiled.index.band_lookup`."""
         maybe = np.flatnonzero(self._might_hold(flat))
         if len(maybe) > 1:
             maybe = maybe[flat[maybe].argsort()]
@@ -233,27 +278,38 @@ class BandTable:
                     if hi > lo:
                         row = i // b
                         found.update((row, g) for g in memoryview(level_gids)[lo:hi].tolist())
+
+    def query_row(self, keys: np.ndarray) -> set[int]:
+        """The groups filed under any of ``keys`` (the band keys of one ``add``: a 1-D uint64 array).
+
+        :meth:`query` of one row: the runs are searched by the compiled kernel
+        (:func:`~rag_dedup.compiled.index.band_lookup`, one call), or on the reference path in plain
+        Python (a numpy call costs a microsecond or more, where a filter bit read through a
+        ``memoryview`` and a :func:`bisect.bisect_left` over a run level's keys cost a fraction of
+        that); the buffer is asked key by key.
+        """
+        values = keys.tolist()
+        if compiled.COMPILED:
+            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())[1].tolist())
+        else:
+            found = self._search_row(values)
         if self._buffer:
             get = self._buffer.get
-            for i, k in enumerate(values):
-                gs = get(k)
-                if gs is not None:
-                    row = i // b
-                    found.update((row, g) for g in _entries(gs))
+            for value in values:
+                gs = get(value)
+                if gs is None:
+                    continue
+                if type(gs) is int:
+                    found.add(gs)
+                else:
+                    found.update(gs)  # type: ignore[arg-type]
         if self._dead:
-            found = {pair for pair in found if pair[1] not in self._dead}
-        pairs = sorted(found)
-        rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
-        return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
+            found -= self._dead
+        return found
 
-    def query_row(self, values: Sequence[int]) -> set[int]:
-        """The groups filed under any of ``values`` (the band keys of one ``add``, as Python ints).
-
-        :meth:`query` of one row, in plain Python: a numpy call costs a microsecond or more, where a
-        filter bit read through a ``memoryview`` and a :func:`bisect.bisect_left` over a run level's
-        keys (a ``memoryview`` of them) cost a fraction of that; one row has ``b`` keys, most of them
-        in no bucket and stopped by the filter.
-        """
+    def _search_row(self, values: list[int]) -> set[int]:
+        """The groups of the runs' entries under any of ``values`` (Python ints), in plain Python: the
+        reference of :func:`~rag_dedup.compiled.index.band_lookup` for one row."""
         found: set[int] = set()
         bits = memoryview(self._filter)
         mask = int(self._filter_mask)
@@ -273,18 +329,6 @@ class BandTable:
                     hi += 1
                 if hi > lo:
                     found.update(memoryview(level_gids)[lo:hi].tolist())
-        if self._buffer:
-            get = self._buffer.get
-            for value in values:
-                gs = get(value)
-                if gs is None:
-                    continue
-                if type(gs) is int:
-                    found.add(gs)
-                else:
-                    found.update(gs)  # type: ignore[arg-type]
-        if self._dead:
-            found -= self._dead
         return found
 
     def _might_hold(self, keys: np.ndarray) -> np.ndarray:
@@ -329,6 +373,7 @@ class BandTable:
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
+        self._typed = None
         order = np.argsort(keys, kind="stable")
         keys, gids = keys[order], gids[order]
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
@@ -353,7 +398,7 @@ class BandTable:
 
     def restore(self, keys: np.ndarray, gids: np.ndarray) -> None:
         """Load entries sorted by key (from :meth:`export`)."""
-        self.__init__()  # type: ignore[misc]
+        self.__init__()  # type: ignore[misc]  (no typed levels until asked)
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         gids = np.ascontiguousarray(gids, dtype=np.int32)
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
