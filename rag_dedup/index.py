@@ -329,7 +329,7 @@ class DedupIndex:
 
         The same steps, in the same order under the lock, with the same result: one text hashed and
         signed, its one row of band keys looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
-        (for a memory store, in plain Python: :meth:`~rag_dedup.storage.memory.BandTable.query_row`),
+        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call),
         and the new group's candidates handed to :meth:`_link_and_recluster` as one bucket (every
         stored group that shares a band with it: for a single new group, the pairs to verify are
         those with each of them, whatever bands they share). A new group that shares no bucket is a
