@@ -57,20 +57,27 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.index import intersection_matrix, pack
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
 __all__ = ["Family", "UnionFind", "cluster_component", "pooled_jaccard"]
 
 T = TypeVar("T", bound=Hashable)
-# J(g, y) for every group y of a cluster (or of the groups left), in their order.
-Similarities = Callable[[int], np.ndarray]
+# J(g, y) for every group y of a cluster (or of the groups left), in their order (a list of floats for a
+# small component: _cluster_few).
+Vector = np.ndarray | list[float]
+Similarities = Callable[[int], Vector]
 
 # Slack for the float rounding of d = 1 - J in the triangle-inequality certificate (J is a ratio of
 # integers below 2^32, so its rounding error is far below this); a member within the slack is compared.
 _SLACK = 1e-9
 # Similarity vectors a Family keeps (center, representative, an eligibility check).
 _ANCHORS = 3
+# A component of at most this many groups (and no Family) is clustered from the shared shingles of all
+# its pairs, counted at once by the compiled kernel (_Dense), when the kernels are on.
+_DENSE_MAX = 16
 
 
 class UnionFind(Generic[T]):
@@ -282,6 +289,89 @@ class Family:
         return known[rows]
 
 
+class _Dense:
+    """The shared shingles of every pair of a few groups, counted at once by the compiled kernel
+    (:func:`rag_dedup.compiled.index.intersection_matrix`), for :func:`cluster_component` of a small
+    component: :meth:`coverage` and :meth:`similarities` give :func:`pooled_jaccard` and
+    :func:`~rag_dedup.similarity.jaccard_many` from the same integers, so the same floats (worked
+    out in plain Python: a few groups make lists shorter than a numpy call's fixed cost)."""
+
+    def __init__(self, gids: Sequence[int], shingles: Mapping[int, np.ndarray]) -> None:
+        self.at = {g: i for i, g in enumerate(gids)}
+        flat, bounds, self.sizes = pack([shingles[g] for g in gids])
+        self.shared: list[list[int]] = intersection_matrix(flat, bounds).tolist()
+
+    def coverage(self, order: Sequence[int]) -> list[float]:
+        """:func:`pooled_jaccard` of the sets of ``order`` (groups given to the constructor)."""
+        rows = [self.at[g] for g in order]
+        n = len(rows)
+        sizes = [self.sizes[i] for i in rows]
+        total = sum(sizes)
+        if n < 2 or not total:
+            return [0.0] * n
+        out = []
+        for i, size in zip(rows, sizes):
+            shared = self.shared[i]
+            inter = sum(shared[j] for j in rows) - size  # Σ_{x != g} |g ∩ x|
+            out.append(inter / ((n - 2) * size + total - inter) if size else 0.0)
+        return out
+
+    def similarities(self, g: int, order: Sequence[int]) -> list[float]:
+        """``jaccard_many(shingles[g], [shingles[y] for y in order])``."""
+        a = self.sizes[self.at[g]]
+        shared = self.shared[self.at[g]]
+        sizes = self.sizes
+        out = []
+        for y in order:
+            j = self.at[y]
+            out.append(shared[j] / (a + sizes[j] - shared[j]) if a and sizes[j] else 0.0)
+        return out
+
+
+def _cluster_few(
+    items: Mapping[int, list[Member]],
+    group_of: Mapping[str, int],
+    remaining: list[int],
+    dense: _Dense,
+    floor: float,
+    policy: Policy,
+) -> list[tuple[str, list[tuple[str, float]]]]:
+    """The loop of :func:`cluster_component` over a small component, with Python lists of the
+    similarities ``dense`` gives instead of numpy arrays (a few groups: the lists cost less than a
+    numpy call); step for step the same rule, so the same clusters (the tests hold both equal)."""
+    clusters: list[tuple[str, list[tuple[str, float]]]] = []
+    while remaining:
+        coverage = dense.coverage(remaining)
+        top = max(coverage)
+        tied = [i for i, c in enumerate(coverage) if c == top]
+        center = group_of[choose(policy, [m for i in tied for m in items[remaining[i]]]).key]
+        to_all = dense.similarities(center, remaining)
+        at_center = bisect_left(remaining, center)
+        inside = [i for i, sim in enumerate(to_all) if sim >= floor or i == at_center]
+        cluster = [remaining[i] for i in inside]
+        to_center = [to_all[i] for i in inside]
+
+        def within(g: int, _inside: list[int] = inside, _order: list[int] = remaining) -> list[float]:
+            sims = dense.similarities(g, _order)
+            return [sims[i] for i in _inside]
+
+        if policy is longest_then_authority:
+            rep = _first_eligible(cluster, within, to_center, center, floor, items)
+        else:
+            eligible = _eligible(cluster, within, to_center, center, floor)
+            rep = choose(policy, [m for g in eligible for m in items[g]])
+        rep_group = group_of[rep.key]
+        to_rep = to_center if rep_group == center else within(rep_group)
+        placed = [(rep.key, 1.0)]
+        for key, sim in sorted((m.key, 1.0 if g == rep_group else sim) for g, sim in zip(cluster, to_rep) for m in items[g]):
+            if key != rep.key:
+                placed.append((key, sim))
+        clusters.append((rep.key, placed))
+        taken = set(cluster)
+        remaining = [g for g in remaining if g not in taken]
+    return clusters
+
+
 def _per_row(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The sums of consecutive runs of ``values``, run i of length ``sizes[i]`` (empty runs sum to 0)."""
     sums = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
@@ -335,6 +425,8 @@ def cluster_component(
         if len(family) != len(remaining) or any(g not in family.index for g in remaining):
             raise ValueError("the family does not hold exactly the groups of the members")
         rows = family.rows(remaining)
+    if rows is None and len(remaining) <= _DENSE_MAX and compiled.COMPILED:
+        return _cluster_few(items, group_of, remaining, _Dense(remaining, shingles), floor, policy)
     clusters: list[tuple[str, list[tuple[str, float]]]] = []
     while remaining:
         sets = [shingles[g] for g in remaining]
@@ -380,7 +472,7 @@ def cluster_component(
     return clusters
 
 
-def _eligible(cluster: Sequence[int], within: Similarities, to_center: np.ndarray, center: int, floor: float) -> list[int]:
+def _eligible(cluster: Sequence[int], within: Similarities, to_center: Vector, center: int, floor: float) -> list[int]:
     """The groups of ``cluster`` that are ``>= floor`` to every other group of it (the center always is).
 
     ``within(g)`` is J(g, y) for every group y of ``cluster``, in its order.
@@ -392,7 +484,7 @@ def _eligible(cluster: Sequence[int], within: Similarities, to_center: np.ndarra
 def _first_eligible(
     cluster: Sequence[int],
     within: Similarities,
-    to_center: np.ndarray,
+    to_center: Vector,
     center: int,
     floor: float,
     items: Mapping[int, Sequence[Member]],
@@ -418,13 +510,15 @@ def _first_eligible(
     raise AssertionError("unreachable: the center is eligible")  # pragma: no cover
 
 
-def _reach(to_center: np.ndarray, floor: float) -> float:
+def _reach(to_center: Vector, floor: float) -> float:
     """``1 - floor - max_y d(center, y)``: a member this close to the center is eligible (see below)."""
-    return 1.0 - floor - _SLACK - float((1.0 - to_center).max())
+    if isinstance(to_center, np.ndarray):
+        return 1.0 - floor - _SLACK - float((1.0 - to_center).max())
+    return 1.0 - floor - _SLACK - max(1.0 - sim for sim in to_center)
 
 
 def _is_eligible(
-    i: int, g: int, within: Similarities, to_center: np.ndarray, center: int, floor: float, reach: float
+    i: int, g: int, within: Similarities, to_center: Vector, center: int, floor: float, reach: float
 ) -> bool:
     """Whether group ``g`` (the ``i``-th of its cluster) is ``>= floor`` to every group of its cluster.
 
@@ -434,4 +528,5 @@ def _is_eligible(
     """
     if g == center or 1.0 - to_center[i] <= reach:
         return True
-    return bool(float(within(g).min()) >= floor)
+    sims = within(g)
+    return bool(float(sims.min() if isinstance(sims, np.ndarray) else min(sims)) >= floor)

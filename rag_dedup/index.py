@@ -59,8 +59,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from rag_dedup import lsh, settings
+from rag_dedup import compiled, lsh, settings
 from rag_dedup.clusters import Family, UnionFind, cluster_component
+from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
@@ -100,6 +101,9 @@ _FAMILY_MIN = 512
 _FAMILIES = 4
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
+# A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
+# the upper bound first: for so few pairs the bound's fixed cost is more than the exact Jaccard's.
+_KERNEL_PAIRS = 64
 
 Kind = Literal["unique", "exact", "near"]
 
@@ -315,8 +319,53 @@ class DedupIndex:
         """
         item = _parse_item(key, text, source, authority, first_seen, where="")
         previous: dict[str, str] = {}
-        self._add_batch([item], previous)
+        alone = self._add_one(item, previous)
+        if alone is not None:
+            return alone
         return self._matches([key], previous, {key})[0]
+
+    def _add_one(self, item: _Item, previous: dict[str, str]) -> Match | None:
+        """:meth:`_add_batch` of one checked item, without the machinery that pays off for a batch.
+
+        The same steps, in the same order under the lock, with the same result: one text hashed and
+        signed, its one row of band keys looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
+        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call),
+        and the new group's candidates handed to :meth:`_link_and_recluster` as one bucket (every
+        stored group that shares a band with it: for a single new group, the pairs to verify are
+        those with each of them, whatever bands they share). A new group that shares no bucket is a
+        cluster of its own (most texts): its :class:`Match` is returned at once, without reading the
+        store again. Otherwise returns None and :meth:`add` asks :meth:`_matches`; an empty text or a
+        key already in the index goes the batch way.
+        """
+        (shingles,), (digest,) = shingles_and_digests(
+            [item.text], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
+        )
+        if digest is None:
+            self._add_batch([item], previous)
+            return None
+        band_keys = self._band_keys([shingles])
+        storage = self.storage
+        key = item.key
+        with storage.lock():
+            (gid,) = storage.find_groups([digest])
+            (old,) = storage.get_items([key])
+            if old is not None:  # a retried add (a no-op) or an error: the batch path's rule
+                self._add_batch([item], previous)
+                return None
+            buckets: list[tuple[list[int], list[int]]] = []
+            new_sets: dict[int, np.ndarray] = {}
+            if gid is None:  # a new group: its candidates, asked before it is filed
+                (candidates,) = storage.query_bands(band_keys)
+                (gid,) = storage.create_groups([digest], [shingles], band_keys)
+                new_sets[gid] = shingles
+                if candidates:
+                    buckets.append((sorted(candidates), [gid]))
+            record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
+            storage.put_items({key: record})
+            if new_sets and not buckets:
+                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+            self._link_and_recluster([gid], buckets, new_sets, fresh_items={key: record}, previous=previous)
+        return None
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -664,6 +713,15 @@ class DedupIndex:
                 shingles.update(zip(missing, self.storage.group_shingles(missing)))
             row = {g: i for i, g in enumerate(ids)}
             sets = [shingles[g] for g in ids]
+            if len(block) <= _KERNEL_PAIRS and compiled.COMPILED:
+                # A few pairs (one add's candidates): their exact Jaccard at once, without the bound,
+                # which costs more than it saves for so few; the same decisions (the bound only skips
+                # pairs whose exact Jaccard is below the threshold).
+                left_rows, right_rows = [row[a] for a, _ in block], [row[b] for _, b in block]
+                for (a, b), sim in zip(block, pair_jaccard(sets, left_rows, right_rows)):
+                    if sim >= self.threshold:
+                        uf.union(node(a), node(b))
+                continue
             left = np.fromiter((row[a] for a, _ in block), dtype=np.int64, count=len(block))
             right = np.fromiter((row[b] for _, b in block), dtype=np.int64, count=len(block))
             sims = np.zeros(len(block), dtype=np.float64)

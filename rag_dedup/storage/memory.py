@@ -9,12 +9,15 @@ cost several times that.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.index import band_lookup
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
@@ -100,12 +103,39 @@ class BandTable:
 
     def __init__(self) -> None:
         self._runs = [_Run() for _ in range(16)]
-        self._buffer: dict[int, list[int]] = {}
+        # Buffered entries by key: a group id, or a tuple of them for a key filed more than once (no list
+        # per key: a list is an object the cyclic garbage collector tracks, ints and tuples of ints are not).
+        self._buffer: dict[int, int | tuple[int, ...]] = {}
+        # The buffered entries again, in the order inserted (what a flush writes to the runs).
+        self._buffer_keys: list[int] = []
+        self._buffer_gids: list[int] = []
         self._buffered = 0
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
         self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
+        # The runs' levels as numba typed lists, for band_lookup (built when first asked, dropped when
+        # the runs change; they hold the same arrays, not copies).
+        self._typed: tuple[Any, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_typed"] = None  # numba's typed lists are rebuilt, not copied or pickled
+        return state
+
+    def _levels(self) -> tuple[Any, Any]:
+        """The keys and the group ids of every run's main and young levels (run r at 2r and 2r + 1), as
+        the numba typed lists :func:`~rag_dedup.compiled.index.band_lookup` takes."""
+        if self._typed is None:
+            from numba import typed
+
+            keys, gids = typed.List(), typed.List()
+            for run in self._runs:
+                for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
+                    keys.append(level_keys if level_keys.flags.writeable else level_keys.copy())
+                    gids.append(level_gids if level_gids.flags.writeable else level_gids.copy())
+            self._typed = (keys, gids)
+        return self._typed
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs) + self._buffered
@@ -119,29 +149,43 @@ class BandTable:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
         values = keys.reshape(-1).tolist()
-        setdefault = self._buffer.setdefault
-        for row, gid in enumerate(gids):
-            g = int(gid)
-            for k in values[row * width : (row + 1) * width]:
-                setdefault(k, []).append(g)
+        flat_gids = [int(gid) for gid in gids for _ in range(width)]
+        self._buffer_entries(values, flat_gids)
+        self._buffer_keys.extend(values)
+        self._buffer_gids.extend(flat_gids)
         self._buffered += len(values)
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
+
+    def _buffer_entries(self, keys: Sequence[int], gids: Sequence[int]) -> None:
+        """File ``gids[i]`` under ``keys[i]`` in the buffer's dict."""
+        buffer = self._buffer
+        get = buffer.get
+        for k, g in zip(keys, gids):
+            current = get(k)
+            if current is None:
+                buffer[k] = g
+            elif type(current) is int:
+                buffer[k] = (current, g)
+            else:
+                buffer[k] = (*current, g)  # type: ignore[misc]
 
     def delete(self, gid: int) -> None:
         """Forget group ``gid`` (a tombstone until every run has been compacted)."""
         self._dead.add(gid)
         self._compacted = set()
-        for k in [k for k, gs in self._buffer.items() if gid in gs]:
-            gs = [g for g in self._buffer[k] if g != gid]
-            self._buffered -= len(self._buffer[k]) - len(gs)
-            if gs:
-                self._buffer[k] = gs
-            else:
-                del self._buffer[k]
+        if gid in self._buffer_gids:
+            kept = [(k, g) for k, g in zip(self._buffer_keys, self._buffer_gids) if g != gid]
+            self._buffer_keys = [k for k, _ in kept]
+            self._buffer_gids = [g for _, g in kept]
+            self._buffered = len(kept)
+            self._buffer = {}
+            self._buffer_entries(self._buffer_keys, self._buffer_gids)
 
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
+        if keys.shape[0] == 1:
+            return [self.query_row(keys.reshape(-1))]
         out: list[set[int]] = [set() for _ in range(keys.shape[0])]
         rows, gids = self.query_pairs(keys)
         for row, gid in zip(rows.tolist(), gids.tolist()):
@@ -167,7 +211,7 @@ class BandTable:
             gid_parts.append(gids)
         if self._buffer:
             get = self._buffer.get
-            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in get(k, ())]
+            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in _entries(get(k))]
             row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
             gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
         if not row_parts:
@@ -188,6 +232,27 @@ class BandTable:
         flat = keys.reshape(-1)
         values = flat.tolist()
         found: set[tuple[int, int]] = set()
+        if compiled.COMPILED:
+            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())
+            found.update(zip((rows // b).tolist(), gids.tolist()))
+        else:
+            self._search_runs(flat, values, b, found)
+        if self._buffer:
+            get = self._buffer.get
+            for i, k in enumerate(values):
+                gs = get(k)
+                if gs is not None:
+                    row = i // b
+                    found.update((row, g) for g in _entries(gs))
+        if self._dead:
+            found = {pair for pair in found if pair[1] not in self._dead}
+        pairs = sorted(found)
+        rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+        return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
+
+    def _search_runs(self, flat: np.ndarray, values: list[int], b: int, found: set[tuple[int, int]]) -> None:
+        """Add to ``found`` the (row, group) of every entry of the runs under a key of ``flat`` (``values``
+        as ints, ``b`` keys a row): the reference of :func:`~rag_dedup.compiled.index.band_lookup`."""
         maybe = np.flatnonzero(self._might_hold(flat))
         if len(maybe) > 1:
             maybe = maybe[flat[maybe].argsort()]
@@ -204,26 +269,67 @@ class BandTable:
                 size = len(level_keys)
                 if not size:
                     continue
+                view = memoryview(level_keys)  # reads Python ints (a numpy scalar compares slowly)
                 for i, lo in zip(at[first:last], level_keys.searchsorted(part).tolist()):
                     value = values[i]
                     hi = lo
-                    while hi < size and level_keys[hi] == value:
+                    while hi < size and view[hi] == value:
                         hi += 1
                     if hi > lo:
                         row = i // b
-                        found.update((row, g) for g in level_gids[lo:hi].tolist())
+                        found.update((row, g) for g in memoryview(level_gids)[lo:hi].tolist())
+
+    def query_row(self, keys: np.ndarray) -> set[int]:
+        """The groups filed under any of ``keys`` (the band keys of one ``add``: a 1-D uint64 array).
+
+        :meth:`query` of one row: the runs are searched by the compiled kernel
+        (:func:`~rag_dedup.compiled.index.band_lookup`, one call), or on the reference path in plain
+        Python (a numpy call costs a microsecond or more, where a filter bit read through a
+        ``memoryview`` and a :func:`bisect.bisect_left` over a run level's keys cost a fraction of
+        that); the buffer is asked key by key.
+        """
+        values = keys.tolist()
+        if compiled.COMPILED:
+            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())[1].tolist())
+        else:
+            found = self._search_row(values)
         if self._buffer:
             get = self._buffer.get
-            for i, k in enumerate(values):
-                gs = get(k)
-                if gs:
-                    row = i // b
-                    found.update((row, g) for g in gs)
+            for value in values:
+                gs = get(value)
+                if gs is None:
+                    continue
+                if type(gs) is int:
+                    found.add(gs)
+                else:
+                    found.update(gs)  # type: ignore[arg-type]
         if self._dead:
-            found = {pair for pair in found if pair[1] not in self._dead}
-        pairs = sorted(found)
-        rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
-        return rows, np.fromiter((g for _, g in pairs), dtype=np.int64, count=len(pairs))
+            found -= self._dead
+        return found
+
+    def _search_row(self, values: list[int]) -> set[int]:
+        """The groups of the runs' entries under any of ``values`` (Python ints), in plain Python: the
+        reference of :func:`~rag_dedup.compiled.index.band_lookup` for one row."""
+        found: set[int] = set()
+        bits = memoryview(self._filter)
+        mask = int(self._filter_mask)
+        runs = self._runs
+        for value in values:
+            slot = value & mask
+            if not bits[slot >> 3] >> (slot & 7) & 1:
+                continue
+            run = runs[value >> 60]
+            for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
+                size = len(level_keys)
+                if not size:
+                    continue
+                keys = memoryview(level_keys)
+                lo = hi = bisect_left(keys, value)
+                while hi < size and keys[hi] == value:
+                    hi += 1
+                if hi > lo:
+                    found.update(memoryview(level_gids)[lo:hi].tolist())
+        return found
 
     def _might_hold(self, keys: np.ndarray) -> np.ndarray:
         """For each key, nonzero where the runs may hold it, zero where they do not (uint8; see the filter above)."""
@@ -261,12 +367,13 @@ class BandTable:
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        keys = np.fromiter((k for k, gs in self._buffer.items() for _ in gs), dtype=np.uint64, count=self._buffered)
-        gids = np.fromiter((g for gs in self._buffer.values() for g in gs), dtype=np.int32, count=self._buffered)
-        self._buffer, self._buffered = {}, 0
+        keys = np.array(self._buffer_keys, dtype=np.uint64)
+        gids = np.array(self._buffer_gids, dtype=np.int32)
+        self._buffer, self._buffer_keys, self._buffer_gids, self._buffered = {}, [], [], 0
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
+        self._typed = None
         order = np.argsort(keys, kind="stable")
         keys, gids = keys[order], gids[order]
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
@@ -291,7 +398,7 @@ class BandTable:
 
     def restore(self, keys: np.ndarray, gids: np.ndarray) -> None:
         """Load entries sorted by key (from :meth:`export`)."""
-        self.__init__()  # type: ignore[misc]
+        self.__init__()  # type: ignore[misc]  (no typed levels until asked)
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         gids = np.ascontiguousarray(gids, dtype=np.int32)
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
@@ -299,6 +406,13 @@ class BandTable:
             run.main_keys = keys[bounds[shard] : bounds[shard + 1]].copy()
             run.main_gids = gids[bounds[shard] : bounds[shard + 1]].copy()
         self._set_filter(keys)
+
+
+def _entries(found: int | tuple[int, ...] | None) -> tuple[int, ...]:
+    """The group ids of one key's entry in :class:`BandTable`'s buffer (None: no entry)."""
+    if found is None:
+        return ()
+    return (found,) if type(found) is int else found  # type: ignore[return-value]
 
 
 # The shard numbers 0..16 (the bounds of the runs' key ranges, in the top four key bits).

@@ -1,0 +1,154 @@
+"""Compiled kernels of the index's one-item path: shared shingles of a few pairs of sets, a few band keys looked up.
+
+:meth:`DedupIndex._verify <rag_dedup.index.DedupIndex._verify>` checks the candidates of one ``add``
+(or of a small ``add_many``) with their exact Jaccard, and
+:func:`~rag_dedup.clusters.cluster_component` reclusters a small component from the Jaccard of its
+groups; both need ``|A ∩ B|`` for a handful of pairs of sorted unique shingle arrays, where the numpy
+reference (:func:`~rag_dedup.similarity.jaccard_pairs`, :func:`~rag_dedup.similarity.jaccard_many`,
+:func:`~rag_dedup.clusters.pooled_jaccard`) pays a fixed cost of a dozen or more numpy calls. The
+kernel merges the two arrays of each pair instead, in one call for all of them. The Jaccard values
+and the pooled sums built from its counts are the reference's integers, so the same floats.
+:func:`band_lookup` finds the bucket entries of a few band keys (one ``add``'s row, a small
+``add_many``'s) in a :class:`~rag_dedup.storage.memory.BandTable`'s runs, where the reference binary-
+searches them from Python. ``tests/test_compiled_index.py`` holds every kernel equal to its
+reference, value for value.
+
+Example:
+    >>> import numpy as np
+    >>> flat = np.array([1, 2, 3, 2, 3, 4, 9], dtype=np.uint32)
+    >>> bounds = np.array([0, 3, 6, 7], dtype=np.int64)
+    >>> pair_intersections(flat, bounds, np.array([0, 0, 1]), np.array([1, 2, 2])).tolist()
+    [2, 0, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import numpy as np
+
+from rag_dedup.compiled import kernel
+
+__all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
+
+
+@kernel
+def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``|S_i ∩ S_j|`` for each pair ``(i, j) = (left[k], right[k])``, set ``S_i`` being
+    ``flat[bounds[i]:bounds[i + 1]]`` (sorted unique values; ``bounds`` int64, one more than the sets).
+
+    Returns an int64 array, one count per pair (a merge of the two sorted runs).
+    """
+    out = np.zeros(len(left), dtype=np.int64)
+    for k in range(len(left)):
+        i, end_i = bounds[left[k]], bounds[left[k] + 1]
+        j, end_j = bounds[right[k]], bounds[right[k] + 1]
+        shared = 0
+        while i < end_i and j < end_j:
+            x = flat[i]
+            y = flat[j]
+            if x == y:
+                shared += 1
+                i += 1
+                j += 1
+            elif x < y:
+                i += 1
+            else:
+                j += 1
+        out[k] = shared
+    return out
+
+
+@kernel
+def intersection_matrix(flat: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """``|S_i ∩ S_j|`` for every pair of the sets of ``(flat, bounds)`` (as :func:`pair_intersections`):
+    an ``(n, n)`` int64 array, symmetric, with the sizes on the diagonal."""
+    n = len(bounds) - 1
+    out = np.zeros((n, n), dtype=np.int64)
+    for a in range(n):
+        out[a, a] = bounds[a + 1] - bounds[a]
+        for b in range(a + 1, n):
+            i, end_i = bounds[a], bounds[a + 1]
+            j, end_j = bounds[b], bounds[b + 1]
+            shared = 0
+            while i < end_i and j < end_j:
+                x = flat[i]
+                y = flat[j]
+                if x == y:
+                    shared += 1
+                    i += 1
+                    j += 1
+                elif x < y:
+                    i += 1
+                else:
+                    j += 1
+            out[a, b] = out[b, a] = shared
+    return out
+
+
+@kernel
+def band_lookup(
+    keys: np.ndarray, bits: np.ndarray, mask: np.uint64, level_keys: object, level_gids: object
+) -> tuple[np.ndarray, np.ndarray]:
+    """The entries of a :class:`~rag_dedup.storage.memory.BandTable`'s runs under each of ``keys``.
+
+    ``level_keys[2 r]`` and ``level_keys[2 r + 1]`` are the sorted keys of run ``r``'s main and young
+    levels (run ``r`` holds the keys whose top four bits are ``r``), ``level_gids`` their group ids
+    (numba typed lists); ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
+    clear is in no run and is not searched. Returns ``(index into keys, group id)`` of every entry
+    found, int64, key by key, main level first, each level in its order (what the reference loop of
+    ``BandTable._query_small`` finds).
+    """
+    n = len(keys)
+    lows = np.zeros(2 * n, dtype=np.int64)
+    highs = np.zeros(2 * n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        key = keys[i]
+        slot = key & mask
+        if (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1) == 0:
+            continue
+        shard = np.int64(key >> np.uint64(60))
+        for level in range(2):
+            found = level_keys[2 * shard + level]
+            lo = np.searchsorted(found, key)
+            hi = lo
+            while hi < len(found) and found[hi] == key:
+                hi += 1
+            lows[2 * i + level] = lo
+            highs[2 * i + level] = hi
+            count += hi - lo
+    rows = np.empty(count, dtype=np.int64)
+    gids = np.empty(count, dtype=np.int64)
+    at = 0
+    for i in range(n):
+        shard = np.int64(keys[i] >> np.uint64(60))
+        for level in range(2):
+            lo, hi = lows[2 * i + level], highs[2 * i + level]
+            if hi > lo:
+                owners = level_gids[2 * shard + level]
+                for j in range(lo, hi):
+                    rows[at] = i
+                    gids[at] = owners[j]
+                    at += 1
+    return rows, gids
+
+
+def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The sets as :func:`pair_intersections` takes them: ``(flat, bounds, sizes)``: their values end to
+    end (shingle sets are uint32), the int64 bounds of each, and their sizes as ints."""
+    sizes = [len(s) for s in sets]
+    bounds = np.array([0, *accumulate(sizes)], dtype=np.int64)
+    if not sets:
+        return np.zeros(0, dtype=np.uint32), bounds, sizes
+    return np.concatenate(sets), bounds, sizes
+
+
+def pair_jaccard(sets: Sequence[np.ndarray], left: Sequence[int], right: Sequence[int]) -> list[float]:
+    """The exact Jaccard of each pair ``(sets[left[k]], sets[right[k]])``, with :func:`pair_intersections`:
+    ``|A ∩ B| / (|A| + |B| - |A ∩ B|)``, 0.0 where either set is empty, the same floats as
+    :func:`~rag_dedup.similarity.jaccard_pairs` (both divide the same integers, below 2^53)."""
+    flat, bounds, sizes = pack(sets)
+    shared = pair_intersections(flat, bounds, np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)).tolist()
+    return [n / (sizes[a] + sizes[b] - n) if sizes[a] and sizes[b] else 0.0 for a, b, n in zip(left, right, shared)]
