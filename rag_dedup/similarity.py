@@ -495,30 +495,42 @@ class TextSimilarity:
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
 
-        The diagonal is 1.0, or 0.0 for a text without shingles. The texts not remembered from earlier
-        calls are shingled together in one pass (:func:`~rag_dedup.shingles.shingle_stream`), each
-        distinct text once, and the shingles of all texts are sorted together once
-        (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`): a constant number of
-        numpy calls per call, whatever the number of texts, where per-text calls cost more than the
-        work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
+        The diagonal is 1.0, or 0.0 for a text without shingles. The sets are :meth:`sets`'; all of them
+        are sorted together once (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`): a
+        constant number of numpy calls per call, whatever the number of texts, where per-text calls cost
+        more than the work itself at this size. This is the reference of the compiled kernel
+        (:func:`rag_dedup.compiled.collapse.similarity_rows`), which the collapse takes when
+        ``compiled.COMPILED``.
+        """
+        k = len(texts)
+        if not k:
+            return np.zeros((0, 0), dtype=np.float64)
+        hashes, counts = self.sets(texts, ngram, capacity)
+        if 1 < k <= 64 and len(hashes):
+            return _small_matrix(hashes, counts)
+        return _jaccard(*_pair_counts(hashes, counts))
+
+    def sets(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+        """The shingle sets of ``texts``, end to end: ``(values, counts)``, text i's ``counts[i]`` unique
+        64-bit values (sorted, low 6 bits clear: :func:`_set_values`' form) after text i - 1's.
+
+        The texts not remembered from earlier calls are shingled together in one pass
+        (:func:`~rag_dedup.shingles.shingle_stream`), each distinct text once; up to ``capacity`` texts
+        are remembered for later calls (0: none).
         """
         k = len(texts)
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
-        if not k:
-            return np.zeros((0, 0), dtype=np.float64)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
             fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
             hashes, counts = _set_values(*shingle_stream(fresh, ngram))
             if capacity:
                 self._cache.put_many(ngram, fresh, hashes, counts, capacity)
-            if len(fresh) < k:  # remembered texts or repeats among them: lay all k sets end to end
-                ends = np.cumsum(counts).tolist()
-                computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
-                known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
-                complete = True
-        if complete:
-            hashes = np.concatenate(known)  # type: ignore[arg-type]
-            counts = np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
-        if 1 < k <= 64 and len(hashes):
-            return _small_matrix(hashes, counts)
-        return _jaccard(*_pair_counts(hashes, counts))
+            if len(fresh) == k:
+                return hashes, counts
+            # remembered texts or repeats among them: lay all k sets end to end
+            ends = np.cumsum(counts).tolist()
+            computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
+            known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
+        if not k:
+            return np.empty(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(known), np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
