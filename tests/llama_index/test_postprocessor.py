@@ -35,6 +35,7 @@ from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import GRAM, shingle_hashes, shingle_stream, short_measure
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix
 from rag_dedup.llama_index.transform import DedupTransform
+from tests.kernels import kernels  # noqa: F401  (a fixture)
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
@@ -477,7 +478,7 @@ def test_batch_similarity_with_more_than_64_texts_equals_pure_python_jaccard(chu
     ("start", "size"),
     [pytest.param(s, n, id=f"{n}-chunks-from-{s}") for s, n in ((0, 30), (150, 30), (777, 30), (300, 60))],
 )
-def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, size):
+def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, size, kernels):
     texts = planted_batch(chunks, start, size)
     scores = [float((7 * i) % 11) for i in range(len(texts))]  # ties included: the input order breaks them
     nodes = scored(texts, scores)
@@ -630,6 +631,7 @@ def test_as_query_engine_of_an_index_collapses_its_copies(documents):
 # --- issue 11 item 4: stamps are hints; every decision is checked on the texts -------------------
 
 
+
 @pytest.fixture(scope="module")
 def stamped_bm25(chunks) -> tuple[BM25Retriever, DedupTransform]:
     transform = DedupTransform()
@@ -638,7 +640,7 @@ def stamped_bm25(chunks) -> tuple[BM25Retriever, DedupTransform]:
 
 
 @pytest.mark.parametrize("with_index", [pytest.param(False, id="stamps"), pytest.param(True, id="index")])
-def test_stamped_top_30_keeps_no_duplicate_pair_and_folds_nothing_below_the_floor(stamped_bm25, with_index):
+def test_stamped_top_30_keeps_no_duplicate_pair_and_folds_nothing_below_the_floor(stamped_bm25, with_index, kernels):
     retriever, transform = stamped_bm25
     pp = DedupPostprocessor(index=transform.index if with_index else None)
     for query in QUERIES + ["Redistributions in binary form must reproduce the above copyright notice"]:
