@@ -145,3 +145,82 @@ def test_collapse_rows_without_comparing_folds_by_trusted_stamps_only():
     )
     assert target.tolist() == [-1, 0, -1, -1]
     assert reason.tolist() == [-1, 0, -1, -1] and math.isnan(similarity[1])
+
+
+# --- query-time shingling: shingle_stream on the kernels == shingle_stream on numpy ----------------------
+
+
+def _stream_both(texts: list[str], **rules: object) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    from rag_dedup.shingles import shingle_stream
+
+    fast = shingle_stream(texts, **rules)  # type: ignore[arg-type]
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = shingle_stream(texts, **rules)  # type: ignore[arg-type]
+    finally:
+        compiled.COMPILED = previous
+    return fast, slow
+
+
+_RULES = [
+    pytest.param({}, id="default"),
+    pytest.param({"ignore_decoration": False}, id="decoration-kept"),
+    pytest.param({"short_tokens": 0}, id="no-short-regime"),
+    pytest.param({"ngram": 1}, id="ngram-1"),
+    pytest.param({"ngram": 30}, id="ngram-30"),
+]
+
+
+@pytest.mark.parametrize("rules", _RULES)
+def test_the_stream_kernel_equals_the_reference_on_real_text(tops, rules):
+    """The shipped corpus' top 30s, its CJK man pages, a C header with comment markers, NAME lines."""
+    from tests.test_shingles import SCRIPTS, cjk_paragraphs
+
+    batches = [[p.text for p in passages] for passages in tops]  # type: ignore[misc]
+    batches.append(cjk_paragraphs()[:40])
+    batches.append([(SCRIPTS / "bignum-header.h").read_text(), *(SCRIPTS / "name-lines.txt").read_text().splitlines()])
+    for texts in batches:
+        (h1, c1), (h2, c2) = _stream_both(texts, **rules)
+        assert np.array_equal(c1, c2) and np.array_equal(h1, h2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(" * 1. Redistributions of source code\n * (a) must retain (iv) the notice\n -- ok", id="markers"),
+        pytest.param("xiv. xxxix) viii. (ix) iiii. xxxx) 123. 1234. (a) ab. v. vi) ()\n(. ) x", id="numbering"),
+        pytest.param("© 2020 — « quoted » • bullet ‣ and … more words here to shingle well", id="non-ascii-punctuation"),
+        pytest.param("a" * 17 + " " + "b" * 40 + " " + "c" * 16 + " word\x00 \x00\x00 x\x00y end", id="long-words-and-nul"),
+        pytest.param("see https://example.org/a and http://example.org/a\r\n1. next line\r2) other", id="https-and-cr"),
+        pytest.param("one two", id="one-shingle"),
+        pytest.param("one two three four", id="char-grams"),
+        pytest.param(" ".join(f"w{i}" for i in range(15)), id="token-set"),
+        pytest.param("* * *\n1.\n- -", id="decoration-only"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_the_stream_kernel_equals_the_reference_on_every_rule(text):
+    texts = [text, text.upper(), "plain words between the special ones, long enough to have shingles", text]
+    for rules in ({}, {"ignore_decoration": False}, {"short_tokens": 0}, {"ngram": 2}):
+        (h1, c1), (h2, c2) = _stream_both(texts, **rules)
+        assert np.array_equal(c1, c2) and np.array_equal(h1, h2), rules
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.text(max_size=80),
+            st.text(alphabet=st.sampled_from(list("ab xi v.)(1*-\n\r\t\x00©—é中")), max_size=120),
+            st.just("word " * 300),  # long
+        ),
+        max_size=12,
+    ),
+    ngram=st.integers(1, 8),
+    decoration=st.booleans(),
+    short_tokens=st.sampled_from([0, 3, 20]),
+)
+def test_the_stream_kernel_equals_the_reference_on_random_unicode(texts, ngram, decoration, short_tokens):
+    (h1, c1), (h2, c2) = _stream_both(texts, ngram=ngram, ignore_decoration=decoration, short_tokens=short_tokens)
+    assert np.array_equal(c1, c2) and np.array_equal(h1, h2)

@@ -250,3 +250,267 @@ def collapse_rows(
         else:
             target[a] = t
     return target, similarity, reason
+
+
+# --- query-time shingling: shingles.shingle_stream's values, from the joined buffer ----------------------
+
+_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@kernel
+def _fmix64(x: np.uint64) -> np.uint64:
+    """MurmurHash3's 64-bit finaliser (``shingles.fmix64`` of one value)."""
+    s = np.uint64(33)
+    x ^= x >> s
+    x *= _FMIX_K1
+    x ^= x >> s
+    x *= _FMIX_K2
+    x ^= x >> s
+    return x
+
+
+@kernel
+def _space(b: np.uint8) -> bool:
+    """ASCII whitespace as ``str.split()`` has it: 9-13 and 28-32."""
+    return (9 <= b <= 13) or (28 <= b <= 32)
+
+
+@kernel
+def _solid(b: np.uint8) -> bool:
+    """A byte that settles that its word is not decoration: an ASCII letter or digit, a byte below 33, 127."""
+    lower = b | 0x20
+    return (97 <= lower <= 122) or (48 <= b <= 57) or b < 33 or b == 127
+
+
+@kernel
+def stream_words(buf: np.ndarray, decoration: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The words of a joined buffer and their decoration class, as ``shingles._stream_piece`` finds them.
+
+    Returns ``(starts, ends, kind, line_first)``: each word's bytes ``buf[starts[i]:ends[i]]``; ``kind``
+    0 for a word that is not decoration, 1 for decoration (ASCII punctuation and symbols only), 2 for a
+    word of non-ASCII bytes without a solid byte, which the caller settles with
+    ``shingles._decoration_bytes`` (all 0 without ``decoration``); ``line_first`` whether a line break
+    (LF or CR) precedes the word since the word before it, or it is the first.
+    """
+    size = buf.shape[0]
+    starts = np.empty(size // 2 + 1, dtype=np.int64)
+    ends = np.empty(size // 2 + 1, dtype=np.int64)
+    line_first = np.empty(size // 2 + 1, dtype=np.bool_)
+    n = 0
+    broke = True
+    i = 0
+    while i < size:
+        b = buf[i]
+        if _space(b):
+            if b == 10 or b == 13:
+                broke = True
+            i += 1
+            continue
+        starts[n] = i
+        while i < size and not _space(buf[i]):
+            i += 1
+        ends[n] = i
+        line_first[n] = broke
+        broke = False
+        n += 1
+    kind = np.zeros(n, dtype=np.int8)
+    if decoration:
+        for w in range(n):
+            a = starts[w]
+            e = ends[w]
+            if _solid(buf[a]) or _solid(buf[e - 1]):
+                continue
+            if e - a == 1:
+                kind[w] = 1
+                continue
+            solid = False
+            wide = False
+            for j in range(a, e):
+                if _solid(buf[j]):
+                    solid = True
+                    break
+                if buf[j] >= 128:
+                    wide = True
+            if not solid:
+                kind[w] = 2 if wide else 1
+    return starts[:n], ends[:n], kind, line_first[:n]
+
+
+@kernel
+def _is_number(buf: np.ndarray, a: int, e: int) -> bool:
+    """Whether ``buf[a:e]`` is a list or section number (``normalize.NUMBERING``, fully matched):
+    ``\\(?(?:[0-9]{1,3}|[a-z]|x{0,3}(?:ix|iv|v?i{0,3}))[.)]``, after the shape test of the reference
+    (at most 9 bytes, ending in "." or ")", two bytes long or beginning with one of "(ivx0123456789")."""
+    size = e - a
+    if size < 1 or size > 9:
+        return False
+    last = buf[e - 1]
+    if last != 46 and last != 41:  # "." ")"
+        return False
+    first = buf[a]
+    if size != 2 and not (first == 40 or first == 105 or first == 118 or first == 120 or 48 <= first <= 57):
+        return False
+    i = a + 1 if first == 40 else a  # "("
+    stop = e - 1
+    length = stop - i
+    digits = 1 <= length <= 3
+    for j in range(i, stop):
+        if not 48 <= buf[j] <= 57:
+            digits = False
+    if digits:
+        return True
+    if length == 1 and 97 <= buf[i] <= 122:
+        return True
+    j = i
+    while j < stop and buf[j] == 120 and j - i < 3:  # x{0,3}
+        j += 1
+    rest = stop - j
+    if rest == 2 and buf[j] == 105 and (buf[j + 1] == 120 or buf[j + 1] == 118):  # ix, iv
+        return True
+    if rest > 0 and buf[j] == 118:  # v?
+        j += 1
+    count = 0
+    while j < stop and buf[j] == 105 and count < 3:  # i{0,3}
+        j += 1
+        count += 1
+    return j == stop
+
+
+@kernel
+def _word_hash(loads: np.ndarray, buf: np.ndarray, a: int, e: int, short_mark: np.uint64) -> np.uint64:
+    """``shingles._stream_piece``'s hash of the word ``buf[a:e]`` (see there); ``loads[i]`` is the
+    little-endian 8-byte load at byte ``i`` (the buffer ends in 16 spaces, so every load is inside)."""
+    size = e - a
+    lo = loads[a]
+    if size < 8:
+        lo &= (np.uint64(1) << np.uint64(8 * size)) - np.uint64(1)
+    hi = np.uint64(0)
+    if size > 8:
+        hi = loads[a + 8]
+        if size < 16:
+            hi &= (np.uint64(1) << np.uint64(8 * (size - 8))) - np.uint64(1)
+    if buf[e - 1] == 0:
+        lo += np.uint64(size) * short_mark
+    h = _fmix64(_fmix64(lo) ^ hi)
+    if size <= 16:
+        return h
+    # A longer word: the hash of its first 16 bytes, then each further 8 bytes, then its size.
+    for off in range(a + 16, e, 8):
+        block = loads[off]
+        if e - off < 8:
+            block &= (np.uint64(1) << np.uint64(8 * (e - off))) - np.uint64(1)
+        h = _fmix64(h ^ block)
+    return _fmix64(h ^ np.uint64(size))
+
+
+@kernel
+def stream_shingles(
+    buf: np.ndarray,
+    loads: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    dropped: np.ndarray,
+    line_first: np.ndarray,
+    text_starts: np.ndarray,
+    ngram: int,
+    decoration: bool,
+    short_tokens: int,
+    short_min: int,
+    short_set: int,
+    c_table: np.ndarray,
+    short_mark: np.uint64,
+    set_mark: np.uint64,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``shingles._stream_piece``'s ``(hashes, counts)`` from :func:`stream_words`' words, ``dropped``
+    (``loads``: the buffer's 8-byte loads at every byte, a view of stride 1)
+    (the decoration words, settled), for the texts beginning at bytes ``text_starts``.
+
+    The leading numbers of each line are dropped, a text left without words keeps them all, and the
+    kept words are hashed and combined by the rules of ``shingles.shingle_stream``. A text in the
+    character-gram regime gets no hashes here: its count is 0 and it is listed in the third array,
+    for the caller (the reference computes its grams); the kept words are returned as
+    ``(kept word indices, first kept word of each text)`` for that.
+    """
+    n_words = starts.shape[0]
+    n = text_starts.shape[0]
+    drop = dropped.copy()
+    if decoration:
+        for w in range(n_words):
+            if not line_first[w]:
+                continue
+            v = w
+            while v < n_words and (v == w or not line_first[v]):
+                if drop[v]:
+                    v += 1
+                elif _is_number(buf, starts[v], ends[v]):
+                    drop[v] = True
+                    v += 1
+                else:
+                    break
+    # The words of each text, and its kept words (all of them if none is kept).
+    first_word = np.empty(n + 1, dtype=np.int64)
+    w = 0
+    for t in range(n):
+        while w < n_words and starts[w] < text_starts[t]:
+            w += 1
+        first_word[t] = w
+    first_word[n] = n_words
+    kept = np.empty(n_words, dtype=np.int64)
+    first_kept = np.empty(n + 1, dtype=np.int64)
+    m = 0
+    for t in range(n):
+        first_kept[t] = m
+        for v in range(first_word[t], first_word[t + 1]):
+            if not drop[v]:
+                kept[m] = v
+                m += 1
+        if m == first_kept[t]:
+            for v in range(first_word[t], first_word[t + 1]):
+                kept[m] = v
+                m += 1
+    first_kept[n] = m
+    words = np.empty(m, dtype=np.uint64)
+    for j in range(m):
+        words[j] = _word_hash(loads, buf, starts[kept[j]], ends[kept[j]], short_mark)
+    counts = np.zeros(n, dtype=np.int64)
+    grams = np.zeros(n, dtype=np.bool_)
+    total = 0
+    for t in range(n):
+        tokens = first_kept[t + 1] - first_kept[t]
+        if short_tokens != 0 and short_min <= tokens <= short_tokens:
+            if tokens < short_set:
+                grams[t] = True
+            else:
+                counts[t] = tokens
+        elif tokens >= ngram:
+            counts[t] = tokens - ngram + 1
+        elif tokens > 0:
+            counts[t] = 1
+        total += counts[t]
+    out = np.empty(total, dtype=np.uint64)
+    c1 = c_table[1]
+    at = 0
+    for t in range(n):
+        lo = first_kept[t]
+        tokens = first_kept[t + 1] - lo
+        if grams[t] or tokens == 0:
+            continue
+        if short_tokens != 0 and short_min <= tokens <= short_tokens:
+            for j in range(tokens):  # a token set: each token's hash, marked
+                out[at] = words[lo + j] + set_mark
+                at += 1
+        elif tokens >= ngram:
+            for j in range(tokens - ngram + 1):  # Horner: sum of words[j + k] * C_1 ** (ngram - 1 - k)
+                combined = words[lo + j]
+                for k in range(1, ngram):
+                    combined = combined * c1 + words[lo + j + k]
+                out[at] = combined
+                at += 1
+        else:  # fewer tokens than ngram: one shingle of them all
+            value = np.uint64(tokens) * short_mark
+            for k in range(tokens):
+                value += words[lo + k] * c_table[k]
+            out[at] = value
+            at += 1
+    return out, counts, np.flatnonzero(grams), kept[:m], first_kept
