@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.collapse import set_values
 from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
 
 __all__ = [
@@ -522,7 +524,8 @@ class TextSimilarity:
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
             fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
-            hashes, counts = _set_values(*shingle_stream(fresh, ngram))
+            streamed = shingle_stream(fresh, ngram)
+            hashes, counts = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
             if capacity:
                 self._cache.put_many(ngram, fresh, hashes, counts, capacity)
             if len(fresh) == k:

@@ -224,3 +224,17 @@ def test_the_stream_kernel_equals_the_reference_on_every_rule(text):
 def test_the_stream_kernel_equals_the_reference_on_random_unicode(texts, ngram, decoration, short_tokens):
     (h1, c1), (h2, c2) = _stream_both(texts, ngram=ngram, ignore_decoration=decoration, short_tokens=short_tokens)
     assert np.array_equal(c1, c2) and np.array_equal(h1, h2)
+
+
+def test_set_values_kernel_equals_the_reference_with_repeats_and_empty_sets():
+    from rag_dedup.compiled.collapse import set_values
+    from rag_dedup.similarity import _set_values
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 30, 64, 65, 150):
+        counts = rng.integers(0, 9, n).astype(np.int64)
+        hashes = rng.integers(0, 2**63, int(counts.sum()), dtype=np.int64).astype(np.uint64) * np.uint64(3)
+        hashes[1::3] = hashes[::3][: len(hashes[1::3])]  # repeats, within and across sets
+        hashes[::5] |= np.uint64(63)  # values equal once their low 6 bits are cleared
+        got, expected = set_values(hashes, counts), _set_values(hashes, counts)
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])

@@ -514,3 +514,25 @@ def stream_shingles(
             out[at] = value
             at += 1
     return out, counts, np.flatnonzero(grams), kept[:m], first_kept
+
+
+@kernel
+def set_values(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``similarity._set_values``: each set's hashes (``counts[i]`` for set ``i``, end to end, repeats
+    allowed) as its sorted unique values with the low 6 bits clear, end to end, and the new counts."""
+    n = counts.shape[0]
+    out = np.empty(hashes.shape[0], dtype=np.uint64)
+    sizes = np.zeros(n, dtype=np.int64)
+    clear = ~np.uint64(63)
+    at = 0
+    put = 0
+    for i in range(n):
+        c = counts[i]
+        part = np.sort(hashes[at : at + c] & clear)
+        at += c
+        for j in range(c):
+            if j == 0 or part[j] != part[j - 1]:
+                out[put] = part[j]
+                put += 1
+                sizes[i] += 1
+    return out[:put], sizes
