@@ -299,8 +299,10 @@ class Collapser:
             present = texts  # type: ignore[assignment]
             clusters = self._clusters(keys, stamps)
         if not all(map(str.isascii, present)):  # check_unicode's own fast path, for all texts at once
+            valid = self.similarity.remembered(self.ngram)  # shingled before, so valid Unicode
             for i in text_pos:
-                check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
+                if texts[i] not in valid:
+                    check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
 
         rows = len(text_pos)
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 
@@ -468,6 +468,9 @@ class _ShingleCache:
             self.by_ngram.clear()
 
 
+_NOTHING: frozenset[str] = frozenset()
+
+
 class TextSimilarity:
     """The exact Jaccard similarity of every pair of a few texts, with recent texts' shingles remembered.
 
@@ -493,6 +496,11 @@ class TextSimilarity:
     def clear(self) -> None:
         """Forget the remembered shingles."""
         self._cache.clear()
+
+    def remembered(self, ngram: int) -> Container[str]:
+        """The texts whose ``ngram``-shingles are remembered (a live view: test membership only). Each is
+        valid Unicode: shingling encodes a text to UTF-8 first, which refuses a lone surrogate."""
+        return self._cache.by_ngram.get(ngram, _NOTHING)
 
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.

@@ -14,6 +14,7 @@ from rag_dedup.collapse import Collapser, Fold, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
+from tests.kernels import kernels  # noqa: F401  (a fixture)
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -310,3 +311,17 @@ def test_collapse_columns_decides_as_collapse_on_real_top_30s():
         Collapser().collapse_columns(["a", "b"], ["x"], [1.0], [None])
     with pytest.raises(ValueError, match="merge_overlaps"):
         Collapser(merge_overlaps=True).collapse_columns(["a"], ["x"], [1.0], [None])
+
+
+def test_a_lone_surrogate_is_refused_naming_the_passage_whatever_was_remembered(paragraphs, kernels):
+    """The surrogate check skips only texts the shingle cache remembers (shingled, so valid Unicode)."""
+    from rag_dedup.errors import InvalidTextError
+
+    collapser = Collapser()
+    valid = [Passage("a", paragraphs[0] + " café", 2.0), Passage("b", paragraphs[1], 1.0)]
+    collapser.collapse(valid)  # remembered now
+    assert paragraphs[0] + " café" in collapser.similarity.remembered(collapser.ngram)
+    bad = Passage("bad", paragraphs[2] + " caf\udce9", 0.5)
+    for trust in (False, True):
+        with pytest.raises(InvalidTextError, match="the text of passage 'bad'"):
+            Collapser(trust_clusters=trust, similarity=collapser.similarity).collapse([*valid, bad])
