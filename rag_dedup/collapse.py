@@ -432,7 +432,6 @@ class Collapser:
             values, counts = self.similarity.sets(present, self.ngram, self.cache_size)
         else:
             values, counts = _NO_VALUES, np.zeros(rows, dtype=np.int64)
-        ids: dict[str, int] = {}
         if rows == len(keys):
             row_clusters: Sequence[str | None] = clusters
             order_rows = order
@@ -440,24 +439,30 @@ class Collapser:
             row_clusters = [clusters[i] for i in text_pos]
             slot = {i: a for a, i in enumerate(text_pos)}
             order_rows = [slot[i] for i in order]
-        numbers = np.array([-1 if c is None else ids.setdefault(c, len(ids)) for c in row_clusters], dtype=np.int64)
+        ids: dict[str | None, int] = {c: k for k, c in enumerate(dict.fromkeys(row_clusters))}  # one int per cluster
+        ids[None] = -1
         target, similarity, reason = collapse_rows(
-            values, counts, np.array(order_rows, dtype=np.int64), numbers, self.trust_clusters, compare,
-            self.threshold, self.floor,
+            values,
+            counts,
+            np.fromiter(order_rows, dtype=np.int64, count=rows),
+            np.fromiter(map(ids.__getitem__, row_clusters), dtype=np.int64, count=rows),
+            self.trust_clusters,
+            compare,
+            self.threshold,
+            self.floor,
         )
-        kept_pos: list[int] = []
-        folds: dict[int, list[Fold]] = {}
-        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
         targets = target.tolist()
-        similarities: list[float] | None = None
+        kept_pos = [text_pos[a] for a in order_rows if targets[a] < 0]
+        folds: dict[int, list[Fold]] = {}
+        if len(kept_pos) == rows:
+            return kept_pos, folds
+        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
+        similarities, reasons = similarity.tolist(), reason.tolist()
         for a in order_rows:
             b = targets[a]
-            i = text_pos[a]
             if b < 0:
-                kept_pos.append(i)
                 continue
-            if similarities is None:
-                similarities, reasons = similarity.tolist(), reason.tolist()
+            i = text_pos[a]
             s = similarities[a]
             entry = fold(
                 Fold, (i, keys[i], sources[i] if sources else None, scores[i], REASONS[reasons[a]], None if s != s else round(s, 4))
