@@ -37,6 +37,11 @@ With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose cha
 (``start``, ``end``) overlap, and whose texts agree on the overlap, are joined into one passage
 (reason ``"overlap"``); the joined text is returned on the :class:`Kept`.
 
+The similarities and the greedy pass run as the compiled kernel
+:func:`rag_dedup.compiled.collapse.collapse_rows` when :data:`rag_dedup.compiled.COMPILED` (read at each
+call) and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`, the reference, which
+the tests hold the kernel equal to, decision for decision.
+
 A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
 so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
 of the ``top_n`` places (it is returned only before the last passage that does).

@@ -885,7 +885,9 @@ def shingle_stream(
     compare these values only with each other.
     A word is read as whole 8-byte loads at its start instead of byte by byte; texts are joined into one
     buffer, so the cost is a constant number of numpy calls for the batch, with no per-text calls and no
-    per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic).
+    per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic). When
+    :data:`rag_dedup.compiled.COMPILED`, the buffer is read by the compiled kernels of
+    :mod:`rag_dedup.compiled.collapse` instead (the same values; the numpy code is the reference).
 
     Raises:
         TypeError: A text is not a ``str``.

@@ -11,7 +11,9 @@ hashes, 2^-58 for the 64-bit query-time ones).
   never below the true value (the index rejects most LSH candidates with it). These serve ingest.
 * :func:`jaccard_matrix` and :class:`TextSimilarity`: every pair of a few tens of sets or texts at once
   (query time: the passages one query returns), by one sort of all their shingles; the shingles of
-  recently seen texts are remembered between calls.
+  recently seen texts are remembered between calls. :meth:`TextSimilarity.sets` gives the sets
+  themselves, which the query-time collapse hands to its compiled kernel
+  (:mod:`rag_dedup.compiled.collapse`); the numpy code here is that kernel's reference.
 
 Example:
     >>> from rag_dedup.shingles import shingle_hashes

@@ -35,6 +35,7 @@ from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import GRAM, shingle_hashes, shingle_stream, short_measure
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix
 from rag_dedup.llama_index.transform import DedupTransform
+from tests.adapter_corpus import QUERIES as ALL_QUERIES
 from tests.kernels import kernels  # noqa: F401  (a fixture)
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
@@ -594,11 +595,7 @@ def bm25(chunks) -> BM25Retriever:
     return BM25Retriever.from_defaults(nodes=chunks, similarity_top_k=30)
 
 
-QUERIES = [
-    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
-    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
-    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
-]
+QUERIES = ALL_QUERIES[:3]  # the real query list (tests/data/queries.json): its first three
 
 
 @pytest.mark.parametrize("query", [pytest.param(q, id=q.split()[0].lower() + str(i)) for i, q in enumerate(QUERIES)])
