@@ -39,8 +39,8 @@ With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose cha
 
 The similarities and the greedy pass run as the compiled kernel
 :func:`rag_dedup.compiled.collapse.collapse_rows` when :data:`rag_dedup.compiled.COMPILED` (read at each
-call) and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`, the reference, which
-the tests hold the kernel equal to, decision for decision.
+call), texts are compared and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`,
+the reference, which the tests hold the kernel equal to, decision for decision.
 
 A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
 so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
@@ -317,7 +317,7 @@ class Collapser:
             order += [i for i in text_pos if scores[i] != scores[i]]
         # Texts are compared unless every clustered passage is trusted and none lacks a cluster.
         compare = rows > 1 and (not self.trust_clusters or None in clusters)
-        if compiled.COMPILED and 0 < rows <= 64:
+        if compiled.COMPILED and compare and rows <= 64:  # (without comparing, the Python pass is cheaper)
             kept_pos, folds = self._greedy_compiled(keys, present, scores, clusters, sources, text_pos, order, compare)
         else:
             kept_pos, folds = self._greedy(keys, present, scores, clusters, sources, text_pos, order, compare)
