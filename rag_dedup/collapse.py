@@ -37,6 +37,11 @@ With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose cha
 (``start``, ``end``) overlap, and whose texts agree on the overlap, are joined into one passage
 (reason ``"overlap"``); the joined text is returned on the :class:`Kept`.
 
+The similarities and the greedy pass run as the compiled kernel
+:func:`rag_dedup.compiled.collapse.collapse_rows` when :data:`rag_dedup.compiled.COMPILED` (read at each
+call), texts are compared and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`,
+the reference, which the tests hold the kernel equal to, decision for decision.
+
 A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
 so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
 of the ``top_n`` places (it is returned only before the last passage that does).
@@ -49,6 +54,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.collapse import REASONS, collapse_rows
 from rag_dedup.index import DedupIndex
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
@@ -58,6 +65,7 @@ from rag_dedup.surrogates import check_unicode
 __all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank"]
 
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
+_NO_VALUES = np.empty(0, dtype=np.uint64)
 
 
 class Passage(NamedTuple):
@@ -296,15 +304,64 @@ class Collapser:
             present = texts  # type: ignore[assignment]
             clusters = self._clusters(keys, stamps)
         if not all(map(str.isascii, present)):  # check_unicode's own fast path, for all texts at once
+            valid = self.similarity.remembered(self.ngram)  # shingled before, so valid Unicode
             for i in text_pos:
-                check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
+                if texts[i] not in valid:
+                    check_unicode(texts[i], "the text of passage %r", keys[i])  # type: ignore[arg-type]
 
+        rows = len(text_pos)
+        # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
+        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
+        nan_last = len(order) < rows
+        if nan_last:
+            order += [i for i in text_pos if scores[i] != scores[i]]
+        # Texts are compared unless every clustered passage is trusted and none lacks a cluster.
+        compare = rows > 1 and (not self.trust_clusters or None in clusters)
+        if compiled.COMPILED and compare and rows <= 64:  # (without comparing, the Python pass is cheaper)
+            kept_pos, folds = self._greedy_compiled(keys, present, scores, clusters, sources, text_pos, order, compare)
+        else:
+            kept_pos, folds = self._greedy(keys, present, scores, clusters, sources, text_pos, order, compare)
+
+        if nan_last:  # back to input order
+            kept_pos.sort()
+        if self.merge_overlaps and passages is not None:
+            groups = []
+            for i in kept_pos:
+                group = _Group(i, scores[i], clusters[i])
+                group.folded = folds.get(i, [])
+                groups.append(group)
+            kept = _merge_overlaps(groups, passages)
+        else:
+            new, empty = tuple.__new__, ()
+            kept = [
+                new(Kept, (i, tuple(folds[i]) if i in folds else empty, scores[i], clusters[i], None, None, None))
+                for i in kept_pos
+            ]
+        if rows < n:
+            kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
+            kept.sort(key=lambda k: k.position)
+        return kept if top_n is None else _first(kept, texts_in, top_n)
+
+    def _greedy(
+        self,
+        keys: Sequence[str],
+        present: list[str],
+        scores: Sequence[float | None],
+        clusters: Sequence[str | None],
+        sources: Sequence[str | None] | None,
+        text_pos: list[int],
+        order: list[int],
+        compare: bool,
+    ) -> tuple[list[int], dict[int, list[Fold]]]:
+        """The greedy pass (the reference): the kept positions in the order kept, and the folds of each
+        keeper (by position) in the order folded. ``present`` are the texts of the positions ``text_pos``,
+        read in ``order``."""
         trust = self.trust_clusters
+        rows = len(text_pos)
         sim: np.ndarray | None = None
         near: list[int] = []  # near[a]: bit b set when texts a and b are within the threshold
         close: list[int] = []  # close[a]: bit b set when texts a and b are within the floor
-        rows = len(text_pos)
-        if rows > 1 and (not trust or None in clusters):
+        if compare:
             sim = self.similarity.matrix(present, self.ngram, self.cache_size)
             if trust or self.floor == self.threshold:
                 near = close = _row_masks(sim >= self.threshold)
@@ -314,13 +371,7 @@ class Collapser:
                 np.greater_equal(sim, self.floor, out=levels[rows:])
                 near = _row_masks(levels)
                 close = near[rows:]
-        slot = text_pos if rows == n else {i: a for a, i in enumerate(text_pos)}  # position -> row in `sim`
-
-        # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
-        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
-        nan_last = len(order) < rows
-        if nan_last:
-            order += [i for i in text_pos if scores[i] != scores[i]]
+        slot = text_pos if rows == len(keys) else {i: a for a, i in enumerate(text_pos)}  # position -> row in `sim`
         # The kept passages with text (positions), and the folds of each, made when it gets its first.
         kept_pos: list[int] = []
         folds: dict[int, list[Fold]] = {}
@@ -366,26 +417,67 @@ class Collapser:
                     folds[target].append(entry)
                 else:
                     folds[target] = [entry]
+        return kept_pos, folds
 
-        if nan_last:  # back to input order
-            kept_pos.sort()
-        if self.merge_overlaps and passages is not None:
-            groups = []
-            for i in kept_pos:
-                group = _Group(i, scores[i], clusters[i])
-                group.folded = folds.get(i, [])
-                groups.append(group)
-            kept = _merge_overlaps(groups, passages)
+    def _greedy_compiled(
+        self,
+        keys: Sequence[str],
+        present: list[str],
+        scores: Sequence[float | None],
+        clusters: Sequence[str | None],
+        sources: Sequence[str | None] | None,
+        text_pos: list[int],
+        order: list[int],
+        compare: bool,
+    ) -> tuple[list[int], dict[int, list[Fold]]]:
+        """:meth:`_greedy` by the compiled kernel (:func:`rag_dedup.compiled.collapse.collapse_rows`), the
+        same decisions, for up to 64 passages with text."""
+        rows = len(text_pos)
+        if compare:
+            values, counts = self.similarity.sets(present, self.ngram, self.cache_size)
         else:
-            new, empty = tuple.__new__, ()
-            kept = [
-                new(Kept, (i, tuple(folds[i]) if i in folds else empty, scores[i], clusters[i], None, None, None))
-                for i in kept_pos
-            ]
-        if rows < n:
-            kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
-            kept.sort(key=lambda k: k.position)
-        return kept if top_n is None else _first(kept, texts_in, top_n)
+            values, counts = _NO_VALUES, np.zeros(rows, dtype=np.int64)
+        if rows == len(keys):
+            row_clusters: Sequence[str | None] = clusters
+            order_rows = order
+        else:
+            row_clusters = [clusters[i] for i in text_pos]
+            slot = {i: a for a, i in enumerate(text_pos)}
+            order_rows = [slot[i] for i in order]
+        ids: dict[str | None, int] = {c: k for k, c in enumerate(dict.fromkeys(row_clusters))}  # one int per cluster
+        ids[None] = -1
+        target, similarity, reason = collapse_rows(
+            values,
+            counts,
+            np.fromiter(order_rows, dtype=np.int64, count=rows),
+            np.fromiter(map(ids.__getitem__, row_clusters), dtype=np.int64, count=rows),
+            self.trust_clusters,
+            compare,
+            self.threshold,
+            self.floor,
+        )
+        targets = target.tolist()
+        kept_pos = [text_pos[a] for a in order_rows if targets[a] < 0]
+        folds: dict[int, list[Fold]] = {}
+        if len(kept_pos) == rows:
+            return kept_pos, folds
+        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
+        similarities, reasons = similarity.tolist(), reason.tolist()
+        for a in order_rows:
+            b = targets[a]
+            if b < 0:
+                continue
+            i = text_pos[a]
+            s = similarities[a]
+            entry = fold(
+                Fold, (i, keys[i], sources[i] if sources else None, scores[i], REASONS[reasons[a]], None if s != s else round(s, 4))
+            )
+            j = text_pos[b]
+            if j in folds:
+                folds[j].append(entry)
+            else:
+                folds[j] = [entry]
+        return kept_pos, folds
 
 
 def is_blank(text: str) -> bool:

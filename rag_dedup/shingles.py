@@ -53,6 +53,8 @@ from typing import Literal
 import numpy as np
 
 from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
+from rag_dedup import compiled
+from rag_dedup.compiled.collapse import stream_shingles, stream_words
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -608,6 +610,7 @@ def _gram_strings(
 _GRAM_MARK = _splitmix64(_MAX_NGRAM)
 _SET_MARK_INT = _splitmix64(_MAX_NGRAM + 1)
 _SET_MARK = np.uint64(_SET_MARK_INT)
+_SHORT_MARK_NP = np.uint64(_SHORT_MARK)
 _GRAM_C = _C_NP[:GRAM]
 
 
@@ -882,7 +885,9 @@ def shingle_stream(
     compare these values only with each other.
     A word is read as whole 8-byte loads at its start instead of byte by byte; texts are joined into one
     buffer, so the cost is a constant number of numpy calls for the batch, with no per-text calls and no
-    per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic).
+    per-byte 64-bit temporaries (which at this size cost more in page faults than in arithmetic). When
+    :data:`rag_dedup.compiled.COMPILED`, the buffer is read by the compiled kernels of
+    :mod:`rag_dedup.compiled.collapse` instead (the same values; the numpy code is the reference).
 
     Raises:
         TypeError: A text is not a ``str``.
@@ -919,6 +924,48 @@ _HI_MASK = np.array([(1 << (8 * max(k - 8, 0))) - 1 for k in range(17)], dtype=n
 _LOAD_PAD = " " * 16  # lets the last word be read with two full 8-byte loads
 
 
+def _long_word_hash(word: bytes) -> int:
+    """The query-time hash of a word longer than 16 bytes: ``fmix64(fmix64(lo) ^ hi)`` of its first 16
+    bytes (``lo`` with the NUL rule of :func:`_stream_piece`), then ``h = fmix64(h ^ block)`` for each
+    further 8 bytes (little-endian, the last one short), then ``fmix64(h ^ size)``. The compiled kernel
+    (:func:`rag_dedup.compiled.collapse.stream_shingles`) computes the same value."""
+    lo = int.from_bytes(word[:8], "little")
+    if word[-1] == 0:
+        lo = (lo + len(word) * _SHORT_MARK) & _MASK64
+    h = _fmix64_py(_fmix64_py(lo) ^ int.from_bytes(word[8:16], "little"))
+    for off in range(16, len(word), 8):
+        h = _fmix64_py(h ^ int.from_bytes(word[off : off + 8], "little"))
+    return _fmix64_py(h ^ len(word))
+
+
+def _stream_compiled(data: bytes, lengths: np.ndarray, ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_stream_piece` after its buffer is built, by the compiled kernels of
+    :mod:`rag_dedup.compiled.collapse` (the same values; the tests hold the two equal). The few words of
+    non-ASCII punctuation candidates are settled here (:func:`_decoration_bytes`), and the texts of the
+    character-gram regime take the reference's grams."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    starts, ends, kind, line_first = stream_words(buf, ignore_decoration)
+    dropped = kind == 1
+    odd = np.flatnonzero(kind == 2)
+    if len(odd):
+        dropped[odd] = [_decoration_bytes(data[a:e]) for a, e in zip(starts[odd].tolist(), ends[odd].tolist())]
+    text_starts = np.cumsum(lengths + 1) - lengths + 1
+    loads = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    out, counts, gram_texts, kept, first_kept = stream_shingles(
+        buf, loads, starts, ends, dropped, line_first, text_starts, ngram, ignore_decoration, short_tokens,
+        SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK,
+    )
+    if not len(gram_texts):
+        return out, counts
+    strings = _gram_strings(data, starts[kept], ends[kept], first_kept, np.diff(first_kept), gram_texts)
+    grams, gram_counts = _char_grams(strings)
+    parts = np.split(out, np.cumsum(counts)[:-1])
+    for i, part in zip(gram_texts.tolist(), np.split(grams, np.cumsum(gram_counts)[:-1])):
+        parts[i] = part
+    counts[gram_texts] = gram_counts
+    return np.concatenate(parts), counts
+
+
 def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`shingle_stream` of texts that fit one buffer."""
     n = len(texts)
@@ -937,6 +984,8 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     else:
         sizes_of = (len(f) if f.isascii() else len(f.encode("utf-8")) for f in forms)
     lengths = np.fromiter(sizes_of, dtype=np.int64, count=n)
+    if compiled.COMPILED:
+        return _stream_compiled(data, lengths, ngram, ignore_decoration, short_tokens)
     # Whitespace as in _words (9-13 and 28-32), by unsigned wrap-around: b - 9 < 5 or b - 28 < 5. The
     # buffer starts and ends with a space, so word edges alternate start, end, start, end, ...
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -959,8 +1008,7 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     # on the word alone) add their size to lo. The pair hashes to fmix64(fmix64(lo) ^ hi): for
     # different lo, fmix64(lo) ^ fmix64(lo') is pseudo-random and matches hi ^ hi' by chance
     # only (2^-64); for equal lo, fmix64 is a bijection. The rare word longer than 16 bytes takes
-    # Python's hash() of its bytes (SipHash, fixed for the life of the process, which is as long as
-    # these hashes are kept).
+    # _long_word_hash (its first 16 bytes as above, then each further 8 bytes and its size mixed in).
     loads = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
     clipped = np.minimum(sizes, 16)
     lo = loads.take(starts)
@@ -976,9 +1024,7 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     longer = np.flatnonzero(sizes > 16)
     if len(longer):
         ends = (starts[longer] + sizes[longer]).tolist()
-        words[longer] = np.array(
-            [hash(data[a:b]) for a, b in zip(starts[longer].tolist(), ends)], dtype=np.int64
-        ).view(np.uint64)
+        words[longer] = np.array([_long_word_hash(data[a:b]) for a, b in zip(starts[longer].tolist(), ends)], dtype=np.uint64)
     # Text i starts after " \n" and the texts and separators before it; its words are
     # first_word[i] .. first_word[i + 1] - 1.
     first_word = np.searchsorted(starts, np.cumsum(lengths + 1) - lengths + 1)

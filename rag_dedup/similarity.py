@@ -11,7 +11,9 @@ hashes, 2^-58 for the 64-bit query-time ones).
   never below the true value (the index rejects most LSH candidates with it). These serve ingest.
 * :func:`jaccard_matrix` and :class:`TextSimilarity`: every pair of a few tens of sets or texts at once
   (query time: the passages one query returns), by one sort of all their shingles; the shingles of
-  recently seen texts are remembered between calls.
+  recently seen texts are remembered between calls. :meth:`TextSimilarity.sets` gives the sets
+  themselves, which the query-time collapse hands to its compiled kernel
+  (:mod:`rag_dedup.compiled.collapse`); the numpy code here is that kernel's reference.
 
 Example:
     >>> from rag_dedup.shingles import shingle_hashes
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled.collapse import set_values
 from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
 
 __all__ = [
@@ -466,6 +470,9 @@ class _ShingleCache:
             self.by_ngram.clear()
 
 
+_NOTHING: frozenset[str] = frozenset()
+
+
 class TextSimilarity:
     """The exact Jaccard similarity of every pair of a few texts, with recent texts' shingles remembered.
 
@@ -492,33 +499,51 @@ class TextSimilarity:
         """Forget the remembered shingles."""
         self._cache.clear()
 
+    def remembered(self, ngram: int) -> Container[str]:
+        """The texts whose ``ngram``-shingles are remembered (a live view: test membership only). Each is
+        valid Unicode: shingling encodes a text to UTF-8 first, which refuses a lone surrogate."""
+        return self._cache.by_ngram.get(ngram, _NOTHING)
+
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
 
-        The diagonal is 1.0, or 0.0 for a text without shingles. The texts not remembered from earlier
-        calls are shingled together in one pass (:func:`~rag_dedup.shingles.shingle_stream`), each
-        distinct text once, and the shingles of all texts are sorted together once
-        (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`): a constant number of
-        numpy calls per call, whatever the number of texts, where per-text calls cost more than the
-        work itself at this size. Up to ``capacity`` texts are remembered for later calls (0: none).
+        The diagonal is 1.0, or 0.0 for a text without shingles. The sets are :meth:`sets`'; all of them
+        are sorted together once (:func:`_small_matrix` for up to 64 texts, else :func:`_pair_counts`): a
+        constant number of numpy calls per call, whatever the number of texts, where per-text calls cost
+        more than the work itself at this size. This is the reference of the compiled kernel
+        (:func:`rag_dedup.compiled.collapse.similarity_rows`), which the collapse takes when
+        ``compiled.COMPILED``.
         """
         k = len(texts)
-        known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
         if not k:
             return np.zeros((0, 0), dtype=np.float64)
-        if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
-            fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
-            hashes, counts = _set_values(*shingle_stream(fresh, ngram))
-            if capacity:
-                self._cache.put_many(ngram, fresh, hashes, counts, capacity)
-            if len(fresh) < k:  # remembered texts or repeats among them: lay all k sets end to end
-                ends = np.cumsum(counts).tolist()
-                computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
-                known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
-                complete = True
-        if complete:
-            hashes = np.concatenate(known)  # type: ignore[arg-type]
-            counts = np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]
+        hashes, counts = self.sets(texts, ngram, capacity)
         if 1 < k <= 64 and len(hashes):
             return _small_matrix(hashes, counts)
         return _jaccard(*_pair_counts(hashes, counts))
+
+    def sets(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+        """The shingle sets of ``texts``, end to end: ``(values, counts)``, text i's ``counts[i]`` unique
+        64-bit values (sorted, low 6 bits clear: :func:`_set_values`' form) after text i - 1's.
+
+        The texts not remembered from earlier calls are shingled together in one pass
+        (:func:`~rag_dedup.shingles.shingle_stream`), each distinct text once; up to ``capacity`` texts
+        are remembered for later calls (0: none).
+        """
+        k = len(texts)
+        known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
+        if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
+            fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
+            streamed = shingle_stream(fresh, ngram)
+            hashes, counts = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
+            if capacity:
+                self._cache.put_many(ngram, fresh, hashes, counts, capacity)
+            if len(fresh) == k:
+                return hashes, counts
+            # remembered texts or repeats among them: lay all k sets end to end
+            ends = np.cumsum(counts).tolist()
+            computed = {t: hashes[e - c : e] for t, e, c in zip(fresh, ends, counts.tolist())}
+            known = [computed[t] if entry is None else entry for t, entry in zip(texts, known)]
+        if not k:
+            return np.empty(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(known), np.fromiter(map(len, known), dtype=np.int64, count=k)  # type: ignore[arg-type]

@@ -14,6 +14,8 @@ from rag_dedup.collapse import Collapser, Fold, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
+from tests.adapter_corpus import QUERIES as ALL_QUERIES
+from tests.kernels import kernels  # noqa: F401  (a fixture)
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -138,14 +140,8 @@ def test_jaccard_takes_two_texts_or_two_shingle_sets_and_says_so_otherwise():
         rag_dedup.jaccard(a, shingle_hashes(b))  # type: ignore[arg-type]
 
 
-QUERIES = (
-    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
-    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
-    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
-    "Redistributions of source code must retain the above copyright notice, this list of conditions",
-    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
-    "You should have received a copy of the GNU Lesser General Public License along with this library",
-)
+# Six of the real queries (tests/data/queries.json): the licence notices, the Apache, MIT, BSD, GPL and LGPL ones.
+QUERIES = tuple(ALL_QUERIES[i] for i in (0, 2, 3, 4, 6, 8))
 
 
 def _top30s() -> list[list[Passage]]:
@@ -310,3 +306,17 @@ def test_collapse_columns_decides_as_collapse_on_real_top_30s():
         Collapser().collapse_columns(["a", "b"], ["x"], [1.0], [None])
     with pytest.raises(ValueError, match="merge_overlaps"):
         Collapser(merge_overlaps=True).collapse_columns(["a"], ["x"], [1.0], [None])
+
+
+def test_a_lone_surrogate_is_refused_naming_the_passage_whatever_was_remembered(paragraphs, kernels):
+    """The surrogate check skips only texts the shingle cache remembers (shingled, so valid Unicode)."""
+    from rag_dedup.errors import InvalidTextError
+
+    collapser = Collapser()
+    valid = [Passage("a", paragraphs[0] + " café", 2.0), Passage("b", paragraphs[1], 1.0)]
+    collapser.collapse(valid)  # remembered now
+    assert paragraphs[0] + " café" in collapser.similarity.remembered(collapser.ngram)
+    bad = Passage("bad", paragraphs[2] + " caf\udce9", 0.5)
+    for trust in (False, True):
+        with pytest.raises(InvalidTextError, match="the text of passage 'bad'"):
+            Collapser(trust_clusters=trust, similarity=collapser.similarity).collapse([*valid, bad])

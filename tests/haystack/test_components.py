@@ -132,6 +132,7 @@ def test_missing_extra_names_the_pip_command() -> None:
 # --- query time and chunking --------------------------------------------------------------------
 from tests.adapter_corpus import QUERIES, distinct_ratio, max_pair_similarity  # noqa: E402
 from tests.corpus import documents as corpus_files  # noqa: E402
+from tests.kernels import kernels  # noqa: E402,F401  (a fixture)
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
 
 from rag_dedup.haystack import DuplicateCollapser, SentenceChunker  # noqa: E402
@@ -192,7 +193,7 @@ def test_chunker_refuses_a_document_without_text() -> None:
         SentenceChunker().run([Document(content=None)])
 
 
-def test_collapser_after_bm25_keeps_no_duplicates_and_keeps_citations(store: InMemoryDocumentStore) -> None:
+def test_collapser_after_bm25_keeps_no_duplicates_and_keeps_citations(store: InMemoryDocumentStore, kernels: str) -> None:
     collapsed, plain = query_pipeline(store, True), query_pipeline(store, False)
     ratios, ratios_plain = [], []
     for query in QUERIES:

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("langchain_core", reason='the LangChain adapter needs pip install "rag-dedup[langchain]"')
 
 from tests.adapter_corpus import QUERIES, max_pair_similarity
+from tests.kernels import kernels  # noqa: F401  (a fixture)
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_community.retrievers import BM25Retriever
 
@@ -15,7 +16,7 @@ from rag_dedup.langchain.transformer import document_key
 from rag_dedup.stamps import DEDUP_COLLAPSED
 
 
-def test_compressor_in_contextual_compression_retriever_keeps_no_duplicates(bm25: BM25Retriever) -> None:
+def test_compressor_in_contextual_compression_retriever_keeps_no_duplicates(bm25: BM25Retriever, kernels: str) -> None:
     retriever = ContextualCompressionRetriever(base_compressor=DedupCompressor(top_n=10), base_retriever=bm25)
     folded_total = 0
     for query in QUERIES:

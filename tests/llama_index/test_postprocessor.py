@@ -35,6 +35,8 @@ from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import GRAM, shingle_hashes, shingle_stream, short_measure
 from rag_dedup.similarity import TextSimilarity, jaccard, jaccard_matrix
 from rag_dedup.llama_index.transform import DedupTransform
+from tests.adapter_corpus import QUERIES as ALL_QUERIES
+from tests.kernels import kernels  # noqa: F401  (a fixture)
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
@@ -477,7 +479,7 @@ def test_batch_similarity_with_more_than_64_texts_equals_pure_python_jaccard(chu
     ("start", "size"),
     [pytest.param(s, n, id=f"{n}-chunks-from-{s}") for s, n in ((0, 30), (150, 30), (777, 30), (300, 60))],
 )
-def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, size):
+def test_collapse_equals_the_plain_greedy_pass_on_real_chunks(chunks, start, size, kernels):
     texts = planted_batch(chunks, start, size)
     scores = [float((7 * i) % 11) for i in range(len(texts))]  # ties included: the input order breaks them
     nodes = scored(texts, scores)
@@ -593,11 +595,7 @@ def bm25(chunks) -> BM25Retriever:
     return BM25Retriever.from_defaults(nodes=chunks, similarity_top_k=30)
 
 
-QUERIES = [
-    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
-    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
-    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
-]
+QUERIES = ALL_QUERIES[:3]  # the real query list (tests/data/queries.json): its first three
 
 
 @pytest.mark.parametrize("query", [pytest.param(q, id=q.split()[0].lower() + str(i)) for i, q in enumerate(QUERIES)])
@@ -630,6 +628,7 @@ def test_as_query_engine_of_an_index_collapses_its_copies(documents):
 # --- issue 11 item 4: stamps are hints; every decision is checked on the texts -------------------
 
 
+
 @pytest.fixture(scope="module")
 def stamped_bm25(chunks) -> tuple[BM25Retriever, DedupTransform]:
     transform = DedupTransform()
@@ -638,7 +637,7 @@ def stamped_bm25(chunks) -> tuple[BM25Retriever, DedupTransform]:
 
 
 @pytest.mark.parametrize("with_index", [pytest.param(False, id="stamps"), pytest.param(True, id="index")])
-def test_stamped_top_30_keeps_no_duplicate_pair_and_folds_nothing_below_the_floor(stamped_bm25, with_index):
+def test_stamped_top_30_keeps_no_duplicate_pair_and_folds_nothing_below_the_floor(stamped_bm25, with_index, kernels):
     retriever, transform = stamped_bm25
     pp = DedupPostprocessor(index=transform.index if with_index else None)
     for query in QUERIES + ["Redistributions in binary form must reproduce the above copyright notice"]:

@@ -21,24 +21,9 @@ from rag_dedup.llama_index.retriever import DistinctRetriever
 from rag_dedup.shingles import shingle_hashes
 from rag_dedup.similarity import jaccard
 from rag_dedup.llama_index.transform import DedupTransform
+from tests.adapter_corpus import QUERIES
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
-
-# Boilerplate that the corpus restates many times (licence grants, warranty disclaimers, notices).
-QUERIES = [
-    "THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS AS IS AND ANY EXPRESS OR IMPLIED WARRANTIES",
-    "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY",
-    "Licensed under the Apache License, Version 2.0; you may not use this file except in compliance",
-    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
-    "Redistributions of source code must retain the above copyright notice, this list of conditions",
-    "On Debian systems, the complete text of the GNU General Public License can be found in /usr/share/common-licenses",
-    "This program is free software; you can redistribute it and/or modify it under the terms of the GNU GPL",
-    "This program is distributed in the hope that it will be useful, but WITHOUT ANY WARRANTY",
-    "You should have received a copy of the GNU Lesser General Public License along with this library",
-    "Permission to use, copy, modify, and distribute this software and its documentation for any purpose",
-    "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
-    "neither the name of the copyright holder nor the names of its contributors may be used to endorse",
-]
 
 
 def distinct_evidence_ratio(nodes: list[NodeWithScore], k: int = 10, threshold: float = 0.8) -> float:

@@ -1,0 +1,538 @@
+"""Compiled kernels of the query-time collapse: every pair's shared shingles, and the greedy fold.
+
+The rules are :mod:`rag_dedup.collapse`'s and :mod:`rag_dedup.similarity`'s (the numpy reference, which
+``tests/test_compiled_collapse.py`` holds these kernels equal to, value for value and decision for
+decision); this module computes the same values for the few tens of passages one query returns, where
+the reference's cost is its fixed number of numpy calls and Python steps, not the work.
+
+:func:`collapse_rows` takes the shingle sets of the ``k`` passages with text (2 to 64 of them) as
+:class:`~rag_dedup.similarity.TextSimilarity` keeps them (each set's unique 64-bit values with the low 6
+bits clear, laid end to end, ``counts[i]`` for set ``i``) and returns, for each passage, the kept passage
+it folds into (or -1), the exact Jaccard similarity to it and the reason, by the greedy pass of
+:class:`~rag_dedup.collapse.Collapser`.
+
+How the shared shingles are counted: every value goes into an open-addressing hash table (linear
+probing, indexed by the value's top bits, which are uniform) that ORs the bit of its set into the
+value's mask; a value held by two sets or more is shared. The shared values are then grouped by mask
+(a second table: a query's copies of one licence share hundreds of shingles among the same few sets,
+so there are few distinct masks), and each distinct mask with its count ``c`` adds ``c`` to
+``|A ∩ B|`` of every pair of its sets. ``|A| = counts[i]`` (the sets are unique), so
+``J = |A ∩ B| / (|A| + |B| - |A ∩ B|)`` exactly as the reference divides it (float64 of exact integers);
+an empty set has similarity 0 with everything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rag_dedup.compiled import kernel
+
+__all__ = ["REASONS", "collapse_rows", "pair_counts", "similarity_rows"]
+
+#: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
+REASONS = ("cluster", "exact", "near")
+
+
+@kernel
+def _table_bits(items: int) -> int:
+    """log2 of the least power of two >= 2 * items (at least 64): a load factor of at most one half."""
+    bits = 6
+    while (1 << bits) < 2 * items:
+        bits += 1
+    return bits
+
+
+@kernel
+def pair_counts(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``|A ∩ B|`` of every pair of the ``n <= 64`` sets laid end to end in ``values`` (``counts[i]``
+    values for set ``i``, unique within a set, low bit clear), as an ``(n, n)`` int64 array whose
+    diagonal holds the sizes."""
+    n = counts.shape[0]
+    total = values.shape[0]
+    inter = np.zeros((n, n), dtype=np.int64)
+    for i in range(n):
+        inter[i, i] = counts[i]
+    if n < 2 or total == 0:
+        return inter
+    bits = _table_bits(total)
+    size = 1 << bits
+    shift = np.uint64(64 - bits)
+    mask_of = size - 1
+    keys = np.zeros(size, dtype=np.uint64)
+    masks = np.zeros(size, dtype=np.uint64)
+    used = np.empty(total, dtype=np.int64)
+    n_used = 0
+    at = 0
+    one = np.uint64(1)
+    for s in range(n):
+        bit = one << np.uint64(s)
+        for _ in range(counts[s]):
+            key = values[at] | one  # never 0, the empty slot (the low bits are clear)
+            at += 1
+            slot = np.int64(key >> shift)
+            while True:
+                k = keys[slot]
+                if k == key:
+                    masks[slot] |= bit
+                    break
+                if k == 0:
+                    keys[slot] = key
+                    masks[slot] = bit
+                    used[n_used] = slot
+                    n_used += 1
+                    break
+                slot = (slot + 1) & mask_of
+    # The shared values, grouped by the mask of the sets holding them.
+    group_bits = _table_bits(n_used)
+    group_size = 1 << group_bits
+    group_shift = np.uint64(64 - group_bits)
+    group_mask = group_size - 1
+    group_keys = np.zeros(group_size, dtype=np.uint64)
+    group_counts = np.zeros(group_size, dtype=np.int64)
+    golden = np.uint64(0x9E3779B97F4A7C15)  # masks are not uniform: mixed by a multiply first
+    for u in range(n_used):
+        m = masks[used[u]]
+        if m & (m - one) == 0:
+            continue  # one set only
+        slot = np.int64((m * golden) >> group_shift)
+        while True:
+            k = group_keys[slot]
+            if k == m:
+                group_counts[slot] += 1
+                break
+            if k == 0:
+                group_keys[slot] = m
+                group_counts[slot] = 1
+                break
+            slot = (slot + 1) & group_mask
+    members = np.empty(64, dtype=np.int64)
+    for g in range(group_size):
+        m = group_keys[g]
+        if m == 0:
+            continue
+        c = group_counts[g]
+        held = 0
+        while m:
+            low = m & (~m + one)
+            members[held] = _bit_index(low)
+            held += 1
+            m ^= low
+        for x in range(held):
+            a = members[x]
+            for y in range(x + 1, held):
+                b = members[y]
+                inter[a, b] += c
+                inter[b, a] += c
+    return inter
+
+
+@kernel
+def _bit_index(low: np.uint64) -> int:
+    """The index of the single set bit of ``low``."""
+    index = 0
+    if low >> np.uint64(32):
+        index += 32
+        low >>= np.uint64(32)
+    if low >> np.uint64(16):
+        index += 16
+        low >>= np.uint64(16)
+    if low >> np.uint64(8):
+        index += 8
+        low >>= np.uint64(8)
+    if low >> np.uint64(4):
+        index += 4
+        low >>= np.uint64(4)
+    if low >> np.uint64(2):
+        index += 2
+        low >>= np.uint64(2)
+    if low >> np.uint64(1):
+        index += 1
+    return index
+
+
+@kernel
+def _similarity(inter: np.ndarray, a: int, b: int) -> float:
+    """Exact Jaccard of sets ``a`` and ``b`` from :func:`pair_counts` (0.0 when either is empty)."""
+    shared = inter[a, b]
+    union = inter[a, a] + inter[b, b] - shared
+    if inter[a, a] == 0 or inter[b, b] == 0:
+        return 0.0
+    return shared / union
+
+
+@kernel
+def similarity_rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ``(n, n)`` exact Jaccard matrix of :func:`pair_counts`' sets (the diagonal 1.0, or 0.0 for an
+    empty set), equal to :meth:`~rag_dedup.similarity.TextSimilarity.matrix` value for value."""
+    inter = pair_counts(values, counts)
+    n = counts.shape[0]
+    out = np.empty((n, n), dtype=np.float64)
+    for a in range(n):
+        for b in range(n):
+            out[a, b] = _similarity(inter, a, b)
+    return out
+
+
+@kernel
+def collapse_rows(
+    values: np.ndarray,
+    counts: np.ndarray,
+    order: np.ndarray,
+    clusters: np.ndarray,
+    trust: bool,
+    compare: bool,
+    threshold: float,
+    floor: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy pass of :class:`~rag_dedup.collapse.Collapser` over ``n <= 64`` passages with text.
+
+    Args:
+        values, counts: The passages' shingle sets (see :func:`pair_counts`); read only if ``compare``.
+        order: The passages (rows) in the order the pass reads them.
+        clusters: Each row's cluster as a small int (equal ints: one cluster), -1 for none; at most ``n``
+            distinct.
+        trust: ``trust_clusters``.
+        compare: Whether texts are compared at all (the reference's ``sim is not None``).
+        threshold, floor: The collapse's levels.
+
+    Returns:
+        ``(target, similarity, reason)`` per row: the row it folds into (-1: kept), the exact Jaccard
+        similarity to it (NaN where not computed), and the index of its reason in :data:`REASONS`
+        (-1: kept).
+    """
+    n = order.shape[0]
+    target = np.full(n, -1, dtype=np.int64)
+    similarity = np.full(n, np.nan, dtype=np.float64)
+    reason = np.full(n, -1, dtype=np.int8)
+    inter = pair_counts(values, counts) if compare else np.zeros((1, 1), dtype=np.int64)
+    first_kept = np.full(n, -1, dtype=np.int64)  # trusted: the first kept row of each cluster
+    cluster_rows = np.zeros(n, dtype=np.uint64)  # checked: the kept rows of each cluster, as bits
+    kept_rows = np.uint64(0)
+    kept_free = np.uint64(0)  # the kept rows without a cluster
+    one = np.uint64(1)
+    for o in range(n):
+        a = order[o]
+        c = clusters[a]
+        t = -1
+        if trust and c >= 0 and first_kept[c] >= 0:
+            t = first_kept[c]
+            reason[a] = 0
+        elif compare:
+            # Trusted: two clustered passages of different clusters were compared at ingest.
+            near = kept_free if trust and c >= 0 else kept_rows
+            close = cluster_rows[c] if c >= 0 else np.uint64(0)
+            candidates = near | close
+            while candidates:
+                low = candidates & (~candidates + one)
+                b = _bit_index(low)
+                s = _similarity(inter, a, b)
+                if (near & low and s >= threshold) or (close & low and s >= floor):
+                    t = b
+                    similarity[a] = s
+                    if c >= 0 and clusters[b] == c:
+                        reason[a] = 0
+                    elif s >= 1.0:
+                        reason[a] = 1
+                    else:
+                        reason[a] = 2
+                    break
+                candidates ^= low
+        if t < 0:
+            if c >= 0 and first_kept[c] < 0:
+                first_kept[c] = a
+            if compare:
+                bit = one << np.uint64(a)
+                kept_rows |= bit
+                if c < 0:
+                    kept_free |= bit
+                elif not trust:
+                    cluster_rows[c] |= bit
+        else:
+            target[a] = t
+    return target, similarity, reason
+
+
+# --- query-time shingling: shingles.shingle_stream's values, from the joined buffer ----------------------
+
+_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@kernel
+def _fmix64(x: np.uint64) -> np.uint64:
+    """MurmurHash3's 64-bit finaliser (``shingles.fmix64`` of one value)."""
+    s = np.uint64(33)
+    x ^= x >> s
+    x *= _FMIX_K1
+    x ^= x >> s
+    x *= _FMIX_K2
+    x ^= x >> s
+    return x
+
+
+@kernel
+def _space(b: np.uint8) -> bool:
+    """ASCII whitespace as ``str.split()`` has it: 9-13 and 28-32."""
+    return (9 <= b <= 13) or (28 <= b <= 32)
+
+
+@kernel
+def _solid(b: np.uint8) -> bool:
+    """A byte that settles that its word is not decoration: an ASCII letter or digit, a byte below 33, 127."""
+    lower = b | 0x20
+    return (97 <= lower <= 122) or (48 <= b <= 57) or b < 33 or b == 127
+
+
+@kernel
+def stream_words(buf: np.ndarray, decoration: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The words of a joined buffer and their decoration class, as ``shingles._stream_piece`` finds them.
+
+    Returns ``(starts, ends, kind, line_first)``: each word's bytes ``buf[starts[i]:ends[i]]``; ``kind``
+    0 for a word that is not decoration, 1 for decoration (ASCII punctuation and symbols only), 2 for a
+    word of non-ASCII bytes without a solid byte, which the caller settles with
+    ``shingles._decoration_bytes`` (all 0 without ``decoration``); ``line_first`` whether a line break
+    (LF or CR) precedes the word since the word before it, or it is the first.
+    """
+    size = buf.shape[0]
+    starts = np.empty(size // 2 + 1, dtype=np.int64)
+    ends = np.empty(size // 2 + 1, dtype=np.int64)
+    line_first = np.empty(size // 2 + 1, dtype=np.bool_)
+    n = 0
+    broke = True
+    i = 0
+    while i < size:
+        b = buf[i]
+        if _space(b):
+            if b == 10 or b == 13:
+                broke = True
+            i += 1
+            continue
+        starts[n] = i
+        while i < size and not _space(buf[i]):
+            i += 1
+        ends[n] = i
+        line_first[n] = broke
+        broke = False
+        n += 1
+    kind = np.zeros(n, dtype=np.int8)
+    if decoration:
+        for w in range(n):
+            a = starts[w]
+            e = ends[w]
+            if _solid(buf[a]) or _solid(buf[e - 1]):
+                continue
+            if e - a == 1:
+                kind[w] = 1
+                continue
+            solid = False
+            wide = False
+            for j in range(a, e):
+                if _solid(buf[j]):
+                    solid = True
+                    break
+                if buf[j] >= 128:
+                    wide = True
+            if not solid:
+                kind[w] = 2 if wide else 1
+    return starts[:n], ends[:n], kind, line_first[:n]
+
+
+@kernel
+def _is_number(buf: np.ndarray, a: int, e: int) -> bool:
+    """Whether ``buf[a:e]`` is a list or section number (``normalize.NUMBERING``, fully matched):
+    ``\\(?(?:[0-9]{1,3}|[a-z]|x{0,3}(?:ix|iv|v?i{0,3}))[.)]``, after the shape test of the reference
+    (at most 9 bytes, ending in "." or ")", two bytes long or beginning with one of "(ivx0123456789")."""
+    size = e - a
+    if size < 1 or size > 9:
+        return False
+    last = buf[e - 1]
+    if last != 46 and last != 41:  # "." ")"
+        return False
+    first = buf[a]
+    if size != 2 and not (first == 40 or first == 105 or first == 118 or first == 120 or 48 <= first <= 57):
+        return False
+    i = a + 1 if first == 40 else a  # "("
+    stop = e - 1
+    length = stop - i
+    digits = 1 <= length <= 3
+    for j in range(i, stop):
+        if not 48 <= buf[j] <= 57:
+            digits = False
+    if digits:
+        return True
+    if length == 1 and 97 <= buf[i] <= 122:
+        return True
+    j = i
+    while j < stop and buf[j] == 120 and j - i < 3:  # x{0,3}
+        j += 1
+    rest = stop - j
+    if rest == 2 and buf[j] == 105 and (buf[j + 1] == 120 or buf[j + 1] == 118):  # ix, iv
+        return True
+    if rest > 0 and buf[j] == 118:  # v?
+        j += 1
+    count = 0
+    while j < stop and buf[j] == 105 and count < 3:  # i{0,3}
+        j += 1
+        count += 1
+    return j == stop
+
+
+@kernel
+def _word_hash(loads: np.ndarray, buf: np.ndarray, a: int, e: int, short_mark: np.uint64) -> np.uint64:
+    """``shingles._stream_piece``'s hash of the word ``buf[a:e]`` (see there); ``loads[i]`` is the
+    little-endian 8-byte load at byte ``i`` (the buffer ends in 16 spaces, so every load is inside)."""
+    size = e - a
+    lo = loads[a]
+    if size < 8:
+        lo &= (np.uint64(1) << np.uint64(8 * size)) - np.uint64(1)
+    hi = np.uint64(0)
+    if size > 8:
+        hi = loads[a + 8]
+        if size < 16:
+            hi &= (np.uint64(1) << np.uint64(8 * (size - 8))) - np.uint64(1)
+    if buf[e - 1] == 0:
+        lo += np.uint64(size) * short_mark
+    h = _fmix64(_fmix64(lo) ^ hi)
+    if size <= 16:
+        return h
+    # A longer word: the hash of its first 16 bytes, then each further 8 bytes, then its size.
+    for off in range(a + 16, e, 8):
+        block = loads[off]
+        if e - off < 8:
+            block &= (np.uint64(1) << np.uint64(8 * (e - off))) - np.uint64(1)
+        h = _fmix64(h ^ block)
+    return _fmix64(h ^ np.uint64(size))
+
+
+@kernel
+def stream_shingles(
+    buf: np.ndarray,
+    loads: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    dropped: np.ndarray,
+    line_first: np.ndarray,
+    text_starts: np.ndarray,
+    ngram: int,
+    decoration: bool,
+    short_tokens: int,
+    short_min: int,
+    short_set: int,
+    c_table: np.ndarray,
+    short_mark: np.uint64,
+    set_mark: np.uint64,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``shingles._stream_piece``'s ``(hashes, counts)`` from :func:`stream_words`' words, ``dropped``
+    (``loads``: the buffer's 8-byte loads at every byte, a view of stride 1)
+    (the decoration words, settled), for the texts beginning at bytes ``text_starts``.
+
+    The leading numbers of each line are dropped, a text left without words keeps them all, and the
+    kept words are hashed and combined by the rules of ``shingles.shingle_stream``. A text in the
+    character-gram regime gets no hashes here: its count is 0 and it is listed in the third array,
+    for the caller (the reference computes its grams); the kept words are returned as
+    ``(kept word indices, first kept word of each text)`` for that.
+    """
+    n_words = starts.shape[0]
+    n = text_starts.shape[0]
+    drop = dropped.copy()
+    if decoration:
+        for w in range(n_words):
+            if not line_first[w]:
+                continue
+            v = w
+            while v < n_words and (v == w or not line_first[v]):
+                if drop[v]:
+                    v += 1
+                elif _is_number(buf, starts[v], ends[v]):
+                    drop[v] = True
+                    v += 1
+                else:
+                    break
+    # The words of each text, and its kept words (all of them if none is kept).
+    first_word = np.empty(n + 1, dtype=np.int64)
+    w = 0
+    for t in range(n):
+        while w < n_words and starts[w] < text_starts[t]:
+            w += 1
+        first_word[t] = w
+    first_word[n] = n_words
+    kept = np.empty(n_words, dtype=np.int64)
+    first_kept = np.empty(n + 1, dtype=np.int64)
+    m = 0
+    for t in range(n):
+        first_kept[t] = m
+        for v in range(first_word[t], first_word[t + 1]):
+            if not drop[v]:
+                kept[m] = v
+                m += 1
+        if m == first_kept[t]:
+            for v in range(first_word[t], first_word[t + 1]):
+                kept[m] = v
+                m += 1
+    first_kept[n] = m
+    words = np.empty(m, dtype=np.uint64)
+    for j in range(m):
+        words[j] = _word_hash(loads, buf, starts[kept[j]], ends[kept[j]], short_mark)
+    counts = np.zeros(n, dtype=np.int64)
+    grams = np.zeros(n, dtype=np.bool_)
+    total = 0
+    for t in range(n):
+        tokens = first_kept[t + 1] - first_kept[t]
+        if short_tokens != 0 and short_min <= tokens <= short_tokens:
+            if tokens < short_set:
+                grams[t] = True
+            else:
+                counts[t] = tokens
+        elif tokens >= ngram:
+            counts[t] = tokens - ngram + 1
+        elif tokens > 0:
+            counts[t] = 1
+        total += counts[t]
+    out = np.empty(total, dtype=np.uint64)
+    c1 = c_table[1]
+    at = 0
+    for t in range(n):
+        lo = first_kept[t]
+        tokens = first_kept[t + 1] - lo
+        if grams[t] or tokens == 0:
+            continue
+        if short_tokens != 0 and short_min <= tokens <= short_tokens:
+            for j in range(tokens):  # a token set: each token's hash, marked
+                out[at] = words[lo + j] + set_mark
+                at += 1
+        elif tokens >= ngram:
+            for j in range(tokens - ngram + 1):  # Horner: sum of words[j + k] * C_1 ** (ngram - 1 - k)
+                combined = words[lo + j]
+                for k in range(1, ngram):
+                    combined = combined * c1 + words[lo + j + k]
+                out[at] = combined
+                at += 1
+        else:  # fewer tokens than ngram: one shingle of them all
+            value = np.uint64(tokens) * short_mark
+            for k in range(tokens):
+                value += words[lo + k] * c_table[k]
+            out[at] = value
+            at += 1
+    return out, counts, np.flatnonzero(grams), kept[:m], first_kept
+
+
+@kernel
+def set_values(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``similarity._set_values``: each set's hashes (``counts[i]`` for set ``i``, end to end, repeats
+    allowed) as its sorted unique values with the low 6 bits clear, end to end, and the new counts."""
+    n = counts.shape[0]
+    out = np.empty(hashes.shape[0], dtype=np.uint64)
+    sizes = np.zeros(n, dtype=np.int64)
+    clear = ~np.uint64(63)
+    at = 0
+    put = 0
+    for i in range(n):
+        c = counts[i]
+        part = np.sort(hashes[at : at + c] & clear)
+        at += c
+        for j in range(c):
+            if j == 0 or part[j] != part[j - 1]:
+                out[put] = part[j]
+                put += 1
+                sizes[i] += 1
+    return out[:put], sizes

@@ -1,0 +1,240 @@
+"""The compiled collapse kernels (rag_dedup.compiled.collapse) against the numpy reference, value for value.
+
+The reference is TextSimilarity.matrix (rag_dedup.similarity) and Collapser's greedy pass written in
+Python (Collapser._greedy, the path taken when ``compiled.COMPILED`` is False); the kernels must give the
+same similarities, bit for bit, and the same Kept and Fold decisions, on real text of the shipped corpus
+and on generated input (random unicode, empty and long texts, NaN scores, blank texts, stamps).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rag_dedup import compiled
+from rag_dedup.collapse import Collapser, Passage
+from rag_dedup.compiled.collapse import collapse_rows, pair_counts, similarity_rows
+from rag_dedup.similarity import TextSimilarity
+from tests.test_collapse import _top30s, edited
+
+pytestmark = pytest.mark.skipif(not compiled.COMPILED, reason="numba is not in use (RAG_DEDUP_KERNELS=reference)")
+
+
+def _reference_matrix(texts: list[str]) -> np.ndarray:
+    return TextSimilarity().matrix(texts, 5, 0)
+
+
+def _kernel_matrix(texts: list[str]) -> np.ndarray:
+    values, counts = TextSimilarity().sets(texts, 5, 0)
+    return similarity_rows(values, counts)
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, run) -> tuple[object, object]:
+    """``run()`` on the compiled path, then on the reference path (fresh collapsers: no shared cache)."""
+    fast = run()
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "COMPILED", False)
+        slow = run()
+    return fast, slow
+
+
+@pytest.fixture(scope="module")
+def tops() -> list[list[Passage]]:
+    return _top30s()
+
+
+def test_the_kernel_matrix_equals_the_reference_on_real_top_30s(tops):
+    for passages in tops:
+        texts = [p.text for p in passages]
+        assert np.array_equal(_kernel_matrix(texts), _reference_matrix(texts))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("trust", [pytest.param(False, id="checked"), pytest.param(True, id="trusted")])
+def test_the_kernel_decides_as_the_reference_on_real_top_30s(tops, monkeypatch, trust):
+    """Real BM25-like top 30s full of licence copies, stamped by a DedupIndex: the same Kept and Fold."""
+    fast, slow = _both_paths(monkeypatch, lambda: [Collapser(trust_clusters=trust).collapse(p, 10) for p in tops])
+    assert fast == slow
+    assert sum(len(k.folded) for kept in fast for k in kept) > 10  # type: ignore[union-attr]
+
+
+def test_the_kernel_decides_as_the_reference_with_blank_texts_images_nan_scores_and_mixed_stamps(tops, monkeypatch):
+    """Every branch of the greedy pass on real text: unstamped passages among stamped ones (trusted and
+    checked), a stamp shared by a near-copy and an edited family, NaN and None scores, texts missing."""
+    nan = float("nan")
+    cases = []
+    for j, passages in enumerate(tops):
+        rows = list(passages)
+        rows[3] = rows[3]._replace(cluster=None)
+        rows[5] = rows[5]._replace(score=nan)
+        rows[7] = rows[7]._replace(text="   ")
+        rows[9] = rows[9]._replace(text=None)
+        rows[11] = rows[11]._replace(score=None)
+        base = rows[0].text or ""
+        rows += [Passage(f"e{j}-{k}", edited(base, k), 0.1, rows[0].cluster) for k in (3, 6, 12, 40)]
+        rows.append(Passage(f"up{j}", base.upper(), nan, "elsewhere"))
+        cases.append(rows)
+    for trust in (False, True):
+        for floor in (None, 0.8):
+            fast, slow = _both_paths(
+                monkeypatch, lambda: [Collapser(trust_clusters=trust, floor=floor).collapse(p) for p in cases]
+            )
+            assert fast == slow
+
+
+_texts = st.lists(
+    st.one_of(
+        st.text(max_size=60),
+        st.text(alphabet=st.sampled_from("ab cd\n* 1. x"), max_size=200),
+        st.just(""),
+        st.just("one two three four five six seven " * 40),  # long
+    ),
+    min_size=1,
+    max_size=64,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=_texts)
+def test_the_kernel_matrix_equals_the_reference_on_random_unicode(texts):
+    assert np.array_equal(_kernel_matrix(texts), _reference_matrix(texts))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=_texts,
+    data=st.data(),
+    trust=st.booleans(),
+    threshold=st.sampled_from([0.5, 0.8, 1.0]),
+)
+def test_the_kernel_decides_as_the_reference_on_random_passages(texts, data, trust, threshold):
+    n = len(texts)
+    clusters = data.draw(st.lists(st.sampled_from([None, "a", "b", "c"]), min_size=n, max_size=n))
+    scores = data.draw(st.lists(st.sampled_from([None, 1.0, 2.0, math.nan]), min_size=n, max_size=n))
+    passages = [Passage(f"k{i}", t, s, c) for i, (t, s, c) in enumerate(zip(texts, scores, clusters))]
+    fast = Collapser(threshold, trust_clusters=trust).collapse(passages)
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = Collapser(threshold, trust_clusters=trust).collapse(passages)
+    finally:
+        compiled.COMPILED = previous
+    assert fast == slow
+
+
+def test_pair_counts_counts_shared_values_of_many_sets_and_keeps_the_sizes_on_the_diagonal():
+    """Sets sharing values in many overlapping groups (the mask grouping), and empty sets."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 65))
+        pool = (rng.integers(1, 2**57, int(rng.integers(1, 40)), dtype=np.int64).astype(np.uint64)) << np.uint64(6)
+        sets = [np.unique(rng.choice(pool, int(rng.integers(0, len(pool) + 1)), replace=False)) for _ in range(n)]
+        inter = pair_counts(np.concatenate(sets), np.array([len(s) for s in sets], dtype=np.int64))
+        expected = np.array([[len(np.intersect1d(a, b)) for b in sets] for a in sets], dtype=np.int64)
+        assert np.array_equal(inter, expected)
+
+
+def test_collapse_rows_without_comparing_folds_by_trusted_stamps_only():
+    order = np.arange(4, dtype=np.int64)
+    clusters = np.array([0, 0, -1, 1], dtype=np.int64)
+    target, similarity, reason = collapse_rows(
+        np.empty(0, dtype=np.uint64), np.zeros(4, dtype=np.int64), order, clusters, True, False, 0.8, 0.7
+    )
+    assert target.tolist() == [-1, 0, -1, -1]
+    assert reason.tolist() == [-1, 0, -1, -1] and math.isnan(similarity[1])
+
+
+# --- query-time shingling: shingle_stream on the kernels == shingle_stream on numpy ----------------------
+
+
+def _stream_both(texts: list[str], **rules: object) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    from rag_dedup.shingles import shingle_stream
+
+    fast = shingle_stream(texts, **rules)  # type: ignore[arg-type]
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = shingle_stream(texts, **rules)  # type: ignore[arg-type]
+    finally:
+        compiled.COMPILED = previous
+    return fast, slow
+
+
+_RULES = [
+    pytest.param({}, id="default"),
+    pytest.param({"ignore_decoration": False}, id="decoration-kept"),
+    pytest.param({"short_tokens": 0}, id="no-short-regime"),
+    pytest.param({"ngram": 1}, id="ngram-1"),
+    pytest.param({"ngram": 30}, id="ngram-30"),
+]
+
+
+@pytest.mark.parametrize("rules", _RULES)
+def test_the_stream_kernel_equals_the_reference_on_real_text(tops, rules):
+    """The shipped corpus' top 30s, its CJK man pages, a C header with comment markers, NAME lines."""
+    from tests.test_shingles import SCRIPTS, cjk_paragraphs
+
+    batches = [[p.text for p in passages] for passages in tops]  # type: ignore[misc]
+    batches.append(cjk_paragraphs()[:40])
+    batches.append([(SCRIPTS / "bignum-header.h").read_text(), *(SCRIPTS / "name-lines.txt").read_text().splitlines()])
+    for texts in batches:
+        (h1, c1), (h2, c2) = _stream_both(texts, **rules)
+        assert np.array_equal(c1, c2) and np.array_equal(h1, h2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(" * 1. Redistributions of source code\n * (a) must retain (iv) the notice\n -- ok", id="markers"),
+        pytest.param("xiv. xxxix) viii. (ix) iiii. xxxx) 123. 1234. (a) ab. v. vi) ()\n(. ) x", id="numbering"),
+        pytest.param("© 2020 — « quoted » • bullet ‣ and … more words here to shingle well", id="non-ascii-punctuation"),
+        pytest.param("a" * 17 + " " + "b" * 40 + " " + "c" * 16 + " word\x00 \x00\x00 x\x00y end", id="long-words-and-nul"),
+        pytest.param("see https://example.org/a and http://example.org/a\r\n1. next line\r2) other", id="https-and-cr"),
+        pytest.param("one two", id="one-shingle"),
+        pytest.param("one two three four", id="char-grams"),
+        pytest.param(" ".join(f"w{i}" for i in range(15)), id="token-set"),
+        pytest.param("* * *\n1.\n- -", id="decoration-only"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_the_stream_kernel_equals_the_reference_on_every_rule(text):
+    texts = [text, text.upper(), "plain words between the special ones, long enough to have shingles", text]
+    for rules in ({}, {"ignore_decoration": False}, {"short_tokens": 0}, {"ngram": 2}):
+        (h1, c1), (h2, c2) = _stream_both(texts, **rules)
+        assert np.array_equal(c1, c2) and np.array_equal(h1, h2), rules
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.text(max_size=80),
+            st.text(alphabet=st.sampled_from(list("ab xi v.)(1*-\n\r\t\x00©—é中")), max_size=120),
+            st.just("word " * 300),  # long
+        ),
+        max_size=12,
+    ),
+    ngram=st.integers(1, 8),
+    decoration=st.booleans(),
+    short_tokens=st.sampled_from([0, 3, 20]),
+)
+def test_the_stream_kernel_equals_the_reference_on_random_unicode(texts, ngram, decoration, short_tokens):
+    (h1, c1), (h2, c2) = _stream_both(texts, ngram=ngram, ignore_decoration=decoration, short_tokens=short_tokens)
+    assert np.array_equal(c1, c2) and np.array_equal(h1, h2)
+
+
+def test_set_values_kernel_equals_the_reference_with_repeats_and_empty_sets():
+    from rag_dedup.compiled.collapse import set_values
+    from rag_dedup.similarity import _set_values
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 30, 64, 65, 150):
+        counts = rng.integers(0, 9, n).astype(np.int64)
+        hashes = rng.integers(0, 2**63, int(counts.sum()), dtype=np.int64).astype(np.uint64) * np.uint64(3)
+        hashes[1::3] = hashes[::3][: len(hashes[1::3])]  # repeats, within and across sets
+        hashes[::5] |= np.uint64(63)  # values equal once their low 6 bits are cleared
+        got, expected = set_values(hashes, counts), _set_values(hashes, counts)
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
