@@ -23,8 +23,8 @@ __all__ = ["plan_chunks", "unit_hash"]
 # [0, 1) that is the same on every machine and every run (Python's hash() is salted per process).
 _BLAKE2B = hashlib.blake2b(digest_size=8, person=b"rag-dedup-cdc1")
 _TWO_64 = float(2**64)
-# A run of short blocks is one body up to this many mean bodies (or the body budget, if smaller).
-_GROUP_BODIES = 4
+# A block of this many units (sentences) or more gets chunks of its own, however few tokens it holds.
+_PARAGRAPH_UNITS = 5
 # No content-defined cut leaves fewer than this share of a mean body of its block after it.
 _TAIL_FRACTION = 0.5
 
@@ -80,17 +80,17 @@ def plan_chunks(
     score = units.score
     n = len(tokens)
     body_max = chunk_size - chunk_overlap
+    long_blocks = _long_blocks(kinds, block_tokens, min_block)
     hard = [False] * n  # a body must end before unit i
     free = [False] * n  # a content-defined cut may follow unit i
-    last_block = 0
+    last_long = last_heading = False
     long_block = False
     for i in range(n):
         if kinds[i] != CONTINUES or i == 0:
-            hard[i] = i > 0 and (
-                kinds[i] == STARTS_HEADING or block_tokens[i] >= min_block or last_block >= min_block
-            )
-            last_block = block_tokens[i]
-            long_block = last_block >= min_block
+            long_block = long_blocks[i]
+            heading = kinds[i] == STARTS_HEADING
+            hard[i] = i > 0 and ((heading and not last_heading) or long_block or last_long)
+            last_long, last_heading = long_block, heading
         free[i] = long_block
     tail_min = mean_body * _TAIL_FRACTION
     following = 0.0  # the tokens of unit i's block after unit i
@@ -98,14 +98,11 @@ def plan_chunks(
         if following < tail_min:
             free[i] = False
         following = 0.0 if kinds[i] != CONTINUES else following + tokens[i] + gaps[i]
-    group_max = max(1, min(body_max, int(_GROUP_BODIES * mean_body)))
     plan: list[tuple[int, int, int]] = []
-    prev_body = 0
     prev_first = 0
     s = 0
     while s < n:
-        limit = body_max if free[s] else group_max
-        if tokens[s] > limit:
+        if tokens[s] > body_max:
             end, body = s + 1, tokens[s]  # fits the chunk only without (most of) the overlap
         else:
             acc, i, end = 0, s, -1
@@ -114,7 +111,7 @@ def plan_chunks(
                     end = i
                     break
                 cost = tokens[i] if i == s else tokens[i] + gaps[i]
-                if acc + cost > limit:
+                if acc + cost > body_max:
                     break
                 acc += cost
                 i += 1
@@ -124,7 +121,7 @@ def plan_chunks(
             body = acc  # the cost of units [s, i), and i == end unless the cut is forced
             if end < 0:
                 if i < n:
-                    end = _forced_cut(tokens, gaps, score, s, i, limit)
+                    end = _forced_cut(tokens, gaps, score, s, i, body_max)
                     body = tokens[s] + sum(tokens[k] + gaps[k] for k in range(s + 1, end))
                 else:
                     end = n
@@ -132,19 +129,34 @@ def plan_chunks(
         if plan and kinds[s] == CONTINUES:
             room = min(chunk_overlap, chunk_size - body)
             rest = gaps[s]  # what the overlap adds besides its first unit's tokens
-            while first > prev_body and tokens[first - 1] + rest <= room:
+            while first > prev_first and tokens[first - 1] + rest <= room:
                 first -= 1
                 rest += tokens[first] + gaps[first]
                 if kinds[first] != CONTINUES:  # the block's first unit: go no further back
                     break
-            if first == prev_body == prev_first:  # the previous chunk is a prefix of this one: one chunk
-                plan.pop()
-                plan.append((first, first, end))
-                prev_body, prev_first, s = s, first, end
+            if first == prev_first:  # the previous chunk is a prefix of this one: one chunk
+                prev_body = plan.pop()[1]
+                plan.append((first, prev_body, end))
+                s = end
                 continue
         plan.append((first, s, end))
-        prev_body, prev_first, s = s, first, end
+        prev_first, s = first, end
     return plan
+
+
+def _long_blocks(kinds: Sequence[int], block_tokens: Sequence[int], min_block: int) -> list[bool]:
+    """Per unit that starts a block: whether the block gets chunks of its own (``min_block`` tokens
+    or more, or ``_PARAGRAPH_UNITS`` units or more: a paragraph of prose however short)."""
+    n = len(kinds)
+    long_blocks = [False] * n
+    start = count = 0
+    for i in range(n + 1):
+        if i == n or kinds[i] != CONTINUES or i == 0:
+            if i > 0:
+                long_blocks[start] = block_tokens[start] >= min_block or count >= _PARAGRAPH_UNITS
+            start, count = i, 0
+        count += 1
+    return long_blocks
 
 
 def _forced_cut(
