@@ -200,3 +200,25 @@ def test_consecutive_headings_are_one_body_and_a_heading_after_text_starts_one()
     kinds = [STARTS_HEADING, STARTS_HEADING, STARTS_HEADING, STARTS_BLOCK, STARTS_HEADING]
     plan = plan_chunks(_units(kinds, tokens=3), 200, 40, mean_body=100.0, min_block=20)
     assert [(body, end) for _, body, end in plan] == [(0, 4), (4, 5)]
+
+
+def test_a_short_copied_paragraph_of_six_sentences_gets_the_same_chunk_between_short_blocks() -> None:
+    """The benchmark's one copied paragraph that the rule of d3968e5 missed: 61 tokens (under a third
+    of the body budget) but six sentences, put between different short blocks of two documents. It is
+    a paragraph of its own in both, so one chunk of each is exactly the paragraph."""
+    para = (
+        "• Boyer RS, Moore JS. A fast string searching algorithm. _CACM_.\n"
+        "     1977;20(10):762–72. <https://doi.org/10.1145/359842.359859>. This\n"
+        "     introduces the Boyer–Moore algorithm."
+    )
+    chunker = Chunker(TOKENIZER)
+    assert chunker.count_tokens(para) < (256 - 64) // 3 and len(chunker.sentence_spans(para)) >= 5
+    hosts = (
+        ("Files: *\nCopyright: 2001 A. Author\nLicense: MIT\n\n", "\n\nFiles: debian/*\nLicense: GPL-2+\n"),
+        ("Upstream-Name: grep\nSource: https://example.org/grep\n\n", "\n\n * Short item.\n\n * Another item.\n"),
+    )
+    for before, after in hosts:
+        text = before + para + after
+        assert para in [text[s:e] for s, e in chunker.chunk_spans(text)]
+        short = Chunker(TOKENIZER)  # and the blocks around it are still grouped: not a chunk each
+        assert len(short.chunk_spans(before + after)) == 1
