@@ -51,7 +51,7 @@ Text (from this machine; tests/data/corpus if the Debian documentation is missin
 * hosts: /usr/share/doc/*/copyright and /usr/share/doc/*/NEWS* of 4-60 KB;
 * byte-identical files and repeated paragraphs are read once.
 
-Run: ``python benchmarks/bench_chunking.py [--passages 300] [--seed 7] [--quick]``
+Run: ``python benchmarks/bench_chunking.py [--passages 300] [--seed 7] [--quick] [--throughput-only]``
 """
 
 from __future__ import annotations
@@ -358,23 +358,26 @@ def host_sizes(spans: Spans, hosts, tokenizer) -> tuple[int, float]:
     return len(sizes), statistics.mean(sizes)
 
 
-def throughput(make, documents, repeats: int) -> tuple[float, int]:
-    """Best wall time of ``repeats`` runs of get_nodes_from_documents with a fresh chunker (garbage
-    collection off while timing, as timeit does), after one untimed warm-up run on the first 50
-    documents, and the node count."""
-    make().get_nodes_from_documents(documents[:50])  # warm-up, untimed: loads punkt, fills lazy imports
-    best, count = float("inf"), 0
+def throughput(makers, documents, repeats: int) -> list[tuple[float, int]]:
+    """Best wall time of ``repeats`` runs of get_nodes_from_documents for each of ``makers`` (a
+    fresh chunker each run), the rounds interleaved (one run of each maker per round, so a change in
+    the machine's load falls on both sides), garbage collection off while timing (as timeit does),
+    after one untimed warm-up run of each on the first 50 documents; and the node counts."""
+    for make in makers:
+        make().get_nodes_from_documents(documents[:50])  # warm-up, untimed: loads punkt, fills lazy imports
+    best, counts = [float("inf")] * len(makers), [0] * len(makers)
     for _ in range(repeats):
-        chunker = make()
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = time.perf_counter()
-            count = len(chunker.get_nodes_from_documents(documents))
-            best = min(best, time.perf_counter() - t0)
-        finally:
-            gc.enable()
-    return best, count
+        for k, make in enumerate(makers):
+            chunker = make()
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                counts[k] = len(chunker.get_nodes_from_documents(documents))
+                best[k] = min(best[k], time.perf_counter() - t0)
+            finally:
+                gc.enable()
+    return list(zip(best, counts))
 
 
 def one_line_document(words: list[str], n_chars: int, punctuated: bool, rng: random.Random) -> str:
@@ -398,6 +401,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--targets", default="128,112,104,88,80,64", help="chunk_target values for the curve")
     parser.add_argument("--quick", action="store_true", help="100 passages, fewer curve points, one timing run, scaling up to 2 MB")
+    parser.add_argument("--throughput-only", action="store_true", help="skip the found-rate tables: throughput and scaling only")
     args = parser.parse_args()
     if args.quick:
         args.passages = min(args.passages, 100)
@@ -411,75 +415,82 @@ def main() -> None:
     print(f"      {len(paras)} distinct paragraphs of 6-15 sentences from {len(passage_docs)} files; {len(hosts)} host documents")
     print(f"settings: chunk_size={size} chunk_overlap={overlap}, DedupIndex(threshold=0.8), {args.passages} passages per mode, seed {args.seed}")
 
-    def ours(target: int | None = None) -> Spans:
-        return SentenceChunker(chunk_size=size, chunk_overlap=overlap, chunk_target=target).chunk_spans
+    if not args.throughput_only:
+        def ours(target: int | None = None) -> Spans:
+            return SentenceChunker(chunk_size=size, chunk_overlap=overlap, chunk_target=target).chunk_spans
 
-    def theirs(s: int) -> Spans:
-        return splitter_spans(SentenceSplitter(chunk_size=s, chunk_overlap=s // 4, tokenizer=tokenizer))
+        def theirs(s: int) -> Spans:
+            return splitter_spans(SentenceSplitter(chunk_size=s, chunk_overlap=s // 4, tokenizer=tokenizer))
 
-    targets = [int(t) for t in args.targets.split(",")][: 3 if args.quick else None]
-    previous = previous_chunks(core)
-    curve: list[tuple[str, Spans]] = [("SentenceChunker (default)", ours())]
-    baseline = ("previous default (d3968e5)", spans_of(previous))
-    curve += [baseline]
-    curve += [(f"SentenceChunker target={t}", ours(t)) for t in targets if t != default_chunk_target(size)]
-    curve += [(f"plain k={k}", reference_spans(core, 0, 0, k)) for k in ((3, 2) if args.quick else (5, 4, 3, 2))]
-    memoryless = ("0.1 memoryless rule", reference_spans(core, 80.0, 0, None))
-    curve += [memoryless, ("0.1 min-body rule", reference_spans(core, 96.0, 48, None))]
-    curve += [(f"SentenceSplitter({s}, {s // 4})", theirs(s)) for s in ((256, 128) if args.quick else (256, 192, 128, 96, 64))]
-    paragraph_rows = [curve[0], baseline, curve[-1 - (1 if args.quick else 4)], memoryless]
-    explained = {"SentenceChunker (default)": (current_chunks(core), core.mean_body())}
-    explained["previous default (d3968e5)"] = (previous, max(default_chunk_target(size) - overlap, default_chunk_target(size) / 2))
-    baseline_chunks, _ = host_sizes(theirs(256), hosts, tokenizer)
+        targets = [int(t) for t in args.targets.split(",")][: 3 if args.quick else None]
+        previous = previous_chunks(core)
+        curve: list[tuple[str, Spans]] = [("SentenceChunker (default)", ours())]
+        baseline = ("previous default (d3968e5)", spans_of(previous))
+        curve += [baseline]
+        curve += [(f"SentenceChunker target={t}", ours(t)) for t in targets if t != default_chunk_target(size)]
+        curve += [(f"plain k={k}", reference_spans(core, 0, 0, k)) for k in ((3, 2) if args.quick else (5, 4, 3, 2))]
+        memoryless = ("0.1 memoryless rule", reference_spans(core, 80.0, 0, None))
+        curve += [memoryless, ("0.1 min-body rule", reference_spans(core, 96.0, 48, None))]
+        curve += [(f"SentenceSplitter({s}, {s // 4})", theirs(s)) for s in ((256, 128) if args.quick else (256, 192, 128, 96, 64))]
+        paragraph_rows = [curve[0], baseline, curve[-1 - (1 if args.quick else 4)], memoryless]
+        explained = {"SentenceChunker (default)": (current_chunks(core), core.mean_body())}
+        explained["previous default (d3968e5)"] = (previous, max(default_chunk_target(size) - overlap, default_chunk_target(size) / 2))
+        baseline_chunks, _ = host_sizes(theirs(256), hosts, tokenizer)
 
-    print()
-    print(
-        f"{'mode':<10} {'rule':<31} {'found':>6}   {'<0.5':>10} {'0.5-1':>10} {'1-2':>10} {'>=2':>10}   "
-        f"{'in90':>5} {'touch':>5} {'all':>5} {'chunks':>7} {'vs SS256':>8}"
-    )
-    inline: list[tuple[str, float, float]] = []
-    breakdowns: list[tuple[str, str, Counter]] = []
-    for mode, rows in (("paragraph", paragraph_rows), ("inline", curve)):
-        trials = make_trials(paras, hosts, args.passages, args.seed, mode, core)
-        for name, spans in rows:
-            r = evaluate(spans, trials, tokenizer, size)
-            if name in explained:
-                breakdowns.append((mode, name, miss_breakdown(explained[name][0], core, explained[name][1], trials, r["hits"])))
-            n_chunks, mean_all = host_sizes(spans, hosts, tokenizer)
-            cells = " ".join(
-                f"{r['by'][k][0] / r['by'][k][1]:>4.2f} ({r['by'][k][1]:>3})" if k in r["by"] else f"{'-':>10}" for k, _ in BUCKETS
-            )
-            print(
-                f"{mode:<10} {name:<31} {r['found']:>6.3f}   {cells}   {r['in90']:>5.2f} {r['touch']:>5.0f} {mean_all:>5.0f} "
-                f"{n_chunks:>7} {n_chunks / baseline_chunks:>7.2f}x",
-                flush=True,
-            )
-            if mode == "inline":
-                inline.append((name, r["found"], mean_all))
-    passage_tokens = [len(tokenizer(para)) for para, _ in trials]
-    at_100 = [row for row in inline if row[2] >= 100]
-    best = max(at_100, key=lambda row: row[1]) if at_100 else None
-    print(
-        f"passage sizes (inline): a chunk of >= 100 tokens lying >= 90% inside the passage is possible at all "
-        f"for {sum(t >= 90 for t in passage_tokens) / len(passage_tokens):.2f} of the passages (>= 90 tokens), a chunk of "
-        f"100 wholly inside for {sum(t >= 100 for t in passage_tokens) / len(passage_tokens):.2f}; median passage "
-        f"{statistics.median(passage_tokens):.0f} tokens; found needs one such chunk in each host at the same cuts (in90). "
-        + (f"Best rule with all chunks >= 100 tokens: {best[0]}, found {best[1]:.3f} at {best[2]:.0f} tokens." if best else "")
-    )
-    print(f"why missed ({args.passages} trials per mode; the first reason that holds, see miss_breakdown):")
-    for mode, name, counts in breakdowns:
-        cells = ", ".join(f"{reason} {counts[reason]}" for reason in MISSES if counts[reason]) or "none"
-        print(f"  {mode:<10} {name:<31} {sum(counts.values()):>3} missed: {cells}")
-    print()
+        print()
+        print(
+            f"{'mode':<10} {'rule':<31} {'found':>6}   {'<0.5':>10} {'0.5-1':>10} {'1-2':>10} {'>=2':>10}   "
+            f"{'in90':>5} {'touch':>5} {'all':>5} {'chunks':>7} {'vs SS256':>8}"
+        )
+        inline: list[tuple[str, float, float]] = []
+        breakdowns: list[tuple[str, str, Counter]] = []
+        for mode, rows in (("paragraph", paragraph_rows), ("inline", curve)):
+            trials = make_trials(paras, hosts, args.passages, args.seed, mode, core)
+            for name, spans in rows:
+                r = evaluate(spans, trials, tokenizer, size)
+                if name in explained:
+                    breakdowns.append((mode, name, miss_breakdown(explained[name][0], core, explained[name][1], trials, r["hits"])))
+                n_chunks, mean_all = host_sizes(spans, hosts, tokenizer)
+                cells = " ".join(
+                    f"{r['by'][k][0] / r['by'][k][1]:>4.2f} ({r['by'][k][1]:>3})" if k in r["by"] else f"{'-':>10}" for k, _ in BUCKETS
+                )
+                print(
+                    f"{mode:<10} {name:<31} {r['found']:>6.3f}   {cells}   {r['in90']:>5.2f} {r['touch']:>5.0f} {mean_all:>5.0f} "
+                    f"{n_chunks:>7} {n_chunks / baseline_chunks:>7.2f}x",
+                    flush=True,
+                )
+                if mode == "inline":
+                    inline.append((name, r["found"], mean_all))
+        passage_tokens = [len(tokenizer(para)) for para, _ in trials]
+        at_100 = [row for row in inline if row[2] >= 100]
+        best = max(at_100, key=lambda row: row[1]) if at_100 else None
+        print(
+            f"passage sizes (inline): a chunk of >= 100 tokens lying >= 90% inside the passage is possible at all "
+            f"for {sum(t >= 90 for t in passage_tokens) / len(passage_tokens):.2f} of the passages (>= 90 tokens), a chunk of "
+            f"100 wholly inside for {sum(t >= 100 for t in passage_tokens) / len(passage_tokens):.2f}; median passage "
+            f"{statistics.median(passage_tokens):.0f} tokens; found needs one such chunk in each host at the same cuts (in90). "
+            + (f"Best rule with all chunks >= 100 tokens: {best[0]}, found {best[1]:.3f} at {best[2]:.0f} tokens." if best else "")
+        )
+        print(f"why missed ({args.passages} trials per mode; the first reason that holds, see miss_breakdown):")
+        for mode, name, counts in breakdowns:
+            cells = ", ".join(f"{reason} {counts[reason]}" for reason in MISSES if counts[reason]) or "none"
+            print(f"  {mode:<10} {name:<31} {sum(counts.values()):>3} missed: {cells}")
+        print()
 
     documents = [Document(text=text, id_=path) for path, text in hosts + passage_docs]
     megabytes = sum(len(d.text.encode()) for d in documents) / 1e6
     repeats = 1 if args.quick else 3
     rss_before = _rss_mb()
-    t_ours, n_ours = throughput(lambda: SentenceChunker(chunk_size=size, chunk_overlap=overlap), documents, repeats)
-    t_theirs, n_theirs = throughput(lambda: SentenceSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tokenizer), documents, repeats)
+    (t_ours, n_ours), (t_theirs, n_theirs) = throughput(
+        [
+            lambda: SentenceChunker(chunk_size=size, chunk_overlap=overlap),
+            lambda: SentenceSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tokenizer),
+        ],
+        documents,
+        repeats,
+    )
     print(
-        f"throughput ({len(documents)} documents, {megabytes:.1f} MB, same tokenizer, warmed up, best of {repeats}): "
+        f"throughput ({len(documents)} documents, {megabytes:.1f} MB, same tokenizer, warmed up, best of {repeats} interleaved rounds): "
         f"SentenceChunker {megabytes / t_ours:.2f} MB/s ({n_ours} nodes), "
         f"SentenceSplitter(256, 64) {megabytes / t_theirs:.2f} MB/s ({n_theirs} nodes), ratio {t_theirs / t_ours:.2f}x; "
         f"peak RSS {_rss_mb():.0f} MB (before timing {rss_before:.0f} MB)"

@@ -82,7 +82,10 @@ class Chunker:
             chunks of real documents (headings and short blocks included) about 101, 2.1 times
             the vectors of ``SentenceSplitter(256, 64)``. Smaller finds more passages spliced into
             running text, at the price of more chunks (see the README's curve); ``chunk_size``
-            stays the maximum.
+            stays the maximum. A running-text chunk holds about ``chunk_overlap`` tokens of overlap
+            besides its body, so a target under about ``chunk_overlap + 32`` shrinks only the
+            bodies (at 256/64, 64 gives chunks of about 90 tokens); lower ``chunk_overlap`` too for
+            smaller chunks.
         language: punkt model (a directory of ``tokenizers/punkt_tab``).
 
     Raises:
