@@ -39,15 +39,14 @@ DEFAULT_CHUNK_OVERLAP = 64
 #: The smallest ``chunk_size`` accepted.
 MIN_CHUNK_SIZE = 8
 
-# The derived sizes. The default chunk_target is 3/8 of chunk_size (96 tokens at 256): of the
-# targets benchmarks/bench_chunking.py tries, the smallest (so the most spliced passages found)
-# whose chunks of real documents, headings and short blocks included, still average 100 tokens or
-# more at 256/64, as issue 15 asks (the README's chunking table has the figures). In running text
-# a chunk is its body plus the previous body as overlap when that fits in chunk_overlap, so about
-# two bodies: the mean body (the mean distance between content-defined cuts) is
-# m = max(target - chunk_overlap, target / 2) (48 at 96/64). With the body budget
-# B = chunk_size - chunk_overlap, a paragraph of B/3 tokens or more gets chunks of its own; shorter
-# blocks next to each other are grouped up to min(B, 4 m).
+# The derived sizes. The default chunk_target is 3/8 of chunk_size (96 tokens at 256). In running
+# text a chunk is its body plus the last chunk_overlap tokens (whole sentences) before it, so the
+# mean body (the mean distance between content-defined cuts) is m = max(target - chunk_overlap,
+# target / 4) (32 at 96/64): the smallest m whose chunks of real documents, headings and short
+# blocks included, still average 100 tokens or more at 256/64, as issue 15 asks (the README's
+# chunking table has the figures). With the body budget B = chunk_size - chunk_overlap, a paragraph
+# of B/3 tokens or more, or of 5 sentences or more, gets chunks of its own; shorter blocks next to
+# each other are grouped up to B.
 _TARGET_FRACTION = 3 / 8
 _MIN_BLOCK_FRACTION = 1 / 3
 
@@ -69,8 +68,8 @@ class Chunker:
     Guarantees, for every text: chunks are exact spans in order, starting and ending on sentence
     boundaries (except inside a sentence longer than the budget); every non-whitespace character is
     in a chunk; a chunk's units cost at most ``chunk_size`` tokens (less any reserved tokens); the
-    overlap is whole trailing sentences of the previous chunk's body; the same text always gives
-    the same chunks.
+    overlap is whole trailing sentences of the previous chunk (at most ``chunk_overlap`` tokens, in
+    the same paragraph, never the whole previous chunk); the same text always gives the same chunks.
 
     Args:
         tokenizer: a callable returning the tokens of a string (only their number is used), or a
@@ -80,10 +79,13 @@ class Chunker:
         chunk_target: the mean tokens per chunk to aim for in running text, overlap included
             (at most ``chunk_size``); default ``3 * chunk_size // 8`` (96 at 256). What to expect
             at 256/64 with the default: chunks in running text average about 102 tokens and all
-            chunks of real documents (headings and short blocks included) about 101, 2 times the
-            vectors of ``SentenceSplitter(256, 64)``. Smaller finds more passages spliced into
+            chunks of real documents (headings and short blocks included) about 101, 2.1 times
+            the vectors of ``SentenceSplitter(256, 64)``. Smaller finds more passages spliced into
             running text, at the price of more chunks (see the README's curve); ``chunk_size``
-            stays the maximum.
+            stays the maximum. A running-text chunk holds about ``chunk_overlap`` tokens of overlap
+            besides its body, so a target under about ``chunk_overlap + 32`` shrinks only the
+            bodies (at 256/64, 64 gives chunks of about 90 tokens); lower ``chunk_overlap`` too for
+            smaller chunks.
         language: punkt model (a directory of ``tokenizers/punkt_tab``).
 
     Raises:
@@ -214,10 +216,10 @@ class Chunker:
 
     def mean_body(self) -> float:
         """The mean tokens between content-defined cuts, from the settings (never from a budget):
-        ``max(target - chunk_overlap, target / 2)`` for ``target = chunk_target`` or its default
-        (a chunk in running text is about two bodies, one of them its overlap)."""
+        ``max(target - chunk_overlap, target / 4)`` for ``target = chunk_target`` or its default
+        (a chunk in running text is its body plus about ``chunk_overlap`` tokens of overlap)."""
         target = self.chunk_target or default_chunk_target(self.chunk_size)
-        return max(target - self.chunk_overlap, target / 2, 1.0)
+        return float(max(target - self.chunk_overlap, target / 4, 1.0))
 
     def chunk_spans(self, text: str, reserved_tokens: int = 0) -> list[Span]:
         """The ``(start, end)`` span of every chunk of ``text`` (see :meth:`chunks`)."""

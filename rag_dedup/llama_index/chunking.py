@@ -72,14 +72,14 @@ class SentenceChunker(MetadataAwareTextSplitter):
       chunk's own count, or more where tokens merge across a sentence end, so
       ``len(tokenizer(node.text)) <= chunk_size`` (held on the whole test corpus at sizes 32-512);
       a single character that alone exceeds the budget is the one exception.
-    * A chunk that continues a paragraph repeats whole trailing sentences of the previous chunk's
-      body totalling at most ``chunk_overlap`` tokens (the whole of that body when it fits, so a
-      chunk in running text is mostly two consecutive bodies), chosen by those sentences alone.
-      Short blocks next to each other (list items, short paragraphs, a heading and what follows
-      it, each under a third of ``chunk_size - chunk_overlap`` tokens) share chunks.
+    * A chunk that continues a paragraph repeats whole trailing sentences of the previous chunk
+      totalling at most ``chunk_overlap`` tokens (never the whole previous chunk), so where it
+      starts is fixed by the sentences before its own text alone. Short blocks next to each other
+      (list items, short paragraphs, headings and what follows them, each under a third of
+      ``chunk_size - chunk_overlap`` tokens and under five sentences) share chunks.
     * Where a chunk ends depends on the text, not on its offset: a paragraph (of at least a third of
-      ``chunk_size - chunk_overlap`` tokens) shared by two documents gets the same chunks in both,
-      and a passage shared inside paragraphs gets the same cuts in its interior.
+      ``chunk_size - chunk_overlap`` tokens, or five sentences) shared by two documents gets the same
+      chunks in both, and a passage shared inside paragraphs gets the same cuts in its interior.
     * Node ids are uuid5 of (document id, start, end), so re-chunking gives the same ids, unless an
       ``id_func`` is given.
 
@@ -96,7 +96,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
         chunk_target: the mean tokens per chunk to aim for in running text, overlap included (at
             most ``chunk_size``, which stays the maximum); default ``3 * chunk_size // 8`` (96 at
             256; then chunks in running text average about 102 tokens and all chunks of real
-            documents, headings and short blocks included, about 101: twice the vectors of
+            documents, headings and short blocks included, about 101: 2.1 times the vectors of
             ``SentenceSplitter(256, 64)``). Smaller finds more
             passages spliced into running text, where no paragraph break marks them (such a passage
             is found only if it holds a whole chunk of each copy), at the price of more chunks: the

@@ -19,7 +19,7 @@ from llama_index.core.utils import get_tokenizer
 
 import rag_dedup.chunking.chunker
 import rag_dedup.chunking.memo
-from rag_dedup.chunking import CONTINUES, STARTS_BLOCK, Chunk, Chunker, TokenCounts, Units, plan_chunks
+from rag_dedup.chunking import CONTINUES, STARTS_BLOCK, STARTS_HEADING, Chunk, Chunker, TokenCounts, Units, plan_chunks
 from rag_dedup.chunking.memo import BoundedMemo
 from rag_dedup.llama_index.chunking import SentenceChunker
 
@@ -56,7 +56,7 @@ def test_the_core_gives_the_wrappers_spans_and_says_where_each_overlap_ends(text
             assert len(TOKENIZER(text[chunk.start : chunk.end])) <= 128 or chunk.body_start == chunk.start
             if previous is not None:
                 assert chunk.body_start == previous.end or text[previous.end : chunk.body_start].isspace()
-                assert chunk.start >= previous.body_start  # the overlap is taken from the previous body
+                assert previous.start < chunk.start  # the overlap is the end of the previous chunk, never all of it
                 overlaps += chunk.start < chunk.body_start
             previous = chunk
     assert overlaps > 50
@@ -145,28 +145,80 @@ def _units(kinds: list[int], tokens: int = 10) -> Units:
     return units
 
 
-def test_the_overlap_is_the_whole_previous_body_and_a_prefix_chunk_joins_the_next() -> None:
-    """Ten units in one paragraph, a content-defined cut after each that leaves half a mean body
-    (5 tokens) of the paragraph after it: the bodies are the units, each chunk repeats the whole
-    previous one, and the first body (a chunk without overlap, a prefix of the second) joins it."""
+def test_the_overlap_is_the_end_of_the_previous_chunk_and_a_prefix_chunk_joins_the_next() -> None:
+    """Ten units of 10 tokens in one paragraph, a content-defined cut after each that leaves half a
+    mean body (5 tokens) of the paragraph after it: the bodies are the units; each chunk repeats the
+    last 20 tokens (chunk_overlap) before its body, two bodies, reaching past the previous body into
+    the previous chunk but never to its start; the first chunks, prefixes of the next, join it."""
     plan = plan_chunks(_units([STARTS_BLOCK] + [CONTINUES] * 9), 64, 20, mean_body=10.0, min_block=10)
-    assert plan == [(0, 0, 2)] + [(i - 1, i, i + 1) for i in range(2, 10)]
+    assert plan == [(0, 0, 3)] + [(i - 2, i, i + 1) for i in range(3, 10)]
+
+
+def test_the_overlap_never_starts_where_the_previous_chunk_starts() -> None:
+    """Room for three units of overlap, but the previous chunk starts one unit before the body: the
+    overlap stops after the previous chunk's first unit (so the chunks are not one the prefix of the
+    other) or, when it would reach it, the two chunks are one."""
+    plan = plan_chunks(_units([STARTS_BLOCK] + [CONTINUES] * 5), 100, 30, mean_body=10.0, min_block=10)
+    firsts = [first for first, _, _ in plan]
+    assert firsts == sorted(set(firsts))
+    assert all(first < body or first == 0 for first, body, _ in plan)
+    assert plan[0] == (0, 0, 4) and plan[1:] == [(1, 4, 5), (2, 5, 6)]
 
 
 def test_no_content_defined_cut_leaves_less_than_half_a_mean_body_of_its_paragraph() -> None:
     """The same paragraph with a mean body of 40: half of it is 20 tokens, so no cut after unit 8
-    (10 tokens follow) and the last body is units 8 and 9."""
+    (10 tokens follow) and the last body is units 8 and 9, after 20 tokens of overlap."""
     plan = plan_chunks(_units([STARTS_BLOCK] + [CONTINUES] * 9), 64, 20, mean_body=40.0, min_block=10)
     assert [(body, end) for _, body, end in plan][-2:] == [(7, 8), (8, 10)]
-    assert plan[-1] == (7, 8, 10)
+    assert plan[-1] == (6, 8, 10)
 
 
-def test_a_run_of_short_blocks_is_one_body_up_to_four_mean_bodies() -> None:
+def test_a_run_of_short_blocks_is_one_body_up_to_the_body_budget() -> None:
     """Twenty blocks of 10 tokens, each under min_block: no content-defined cut between or inside
-    them, bodies of at most 4 * 15 = 60 tokens, cut at the budget, without overlap (each body starts a
-    block)."""
+    them, bodies of at most chunk_size - chunk_overlap = 160 tokens, the forced cut at least half way,
+    without overlap (each body starts a block)."""
     plan = plan_chunks(_units([STARTS_BLOCK] * 20), 200, 40, mean_body=15.0, min_block=20)
     assert all(first == body for first, body, _ in plan)
     sizes = [10 * (end - body) for _, body, end in plan]
-    assert sum(sizes) == 200 and all(30 <= size <= 60 for size in sizes[:-1]) and sizes[-1] <= 60
-    assert len(plan) <= 7
+    assert sum(sizes) == 200 and all(80 <= size <= 160 for size in sizes)
+    assert len(plan) == 2
+
+
+def test_a_paragraph_of_five_sentences_gets_chunks_of_its_own_however_short() -> None:
+    """Short blocks of one unit around a block of five units of 2 tokens (10 tokens, under
+    min_block): the five-unit block is a body of its own, the short blocks beside it are grouped."""
+    kinds = [STARTS_BLOCK, STARTS_BLOCK] + [STARTS_BLOCK] + [CONTINUES] * 4 + [STARTS_BLOCK, STARTS_BLOCK]
+    plan = plan_chunks(_units(kinds, tokens=2), 200, 40, mean_body=100.0, min_block=20)
+    assert [(body, end) for _, body, end in plan] == [(0, 2), (2, 7), (7, 9)]
+    four = [STARTS_BLOCK, STARTS_BLOCK] + [STARTS_BLOCK] + [CONTINUES] * 3 + [STARTS_BLOCK, STARTS_BLOCK]
+    assert [(body, end) for _, body, end in plan_chunks(_units(four, tokens=2), 200, 40, 100.0, 20)] == [(0, 8)]
+
+
+def test_consecutive_headings_are_one_body_and_a_heading_after_text_starts_one() -> None:
+    """Three headings in a row, then a short block, then a heading: the headings and the short block
+    after them are one body (short blocks are grouped), the last heading starts a body."""
+    kinds = [STARTS_HEADING, STARTS_HEADING, STARTS_HEADING, STARTS_BLOCK, STARTS_HEADING]
+    plan = plan_chunks(_units(kinds, tokens=3), 200, 40, mean_body=100.0, min_block=20)
+    assert [(body, end) for _, body, end in plan] == [(0, 4), (4, 5)]
+
+
+def test_a_short_copied_paragraph_of_six_sentences_gets_the_same_chunk_between_short_blocks() -> None:
+    """The benchmark's one copied paragraph that the rule of d3968e5 missed: 61 tokens (under a third
+    of the body budget) but six sentences, put between different short blocks of two documents. It is
+    a paragraph of its own in both, so one chunk of each is exactly the paragraph."""
+    para = (
+        "• Boyer RS, Moore JS. A fast string searching algorithm. _CACM_.\n"
+        "     1977;20(10):762–72. <https://doi.org/10.1145/359842.359859>. This\n"
+        "     introduces the Boyer–Moore algorithm."
+    )
+    chunker = Chunker(TOKENIZER)
+    assert chunker.count_tokens(para) < (256 - 64) // 3 and len(chunker.sentence_spans(para)) >= 5
+    hosts = (
+        ("Files: *\nCopyright: 2001 A. Author\nLicense: MIT\n\n", "\n\nFiles: debian/*\nLicense: GPL-2+\n"),
+        ("Upstream-Name: grep\nSource: https://example.org/grep\n\n", "\n\n * Short item.\n\n * Another item.\n"),
+    )
+    for before, after in hosts:
+        text = before + para + after
+        assert para in [text[s:e] for s, e in chunker.chunk_spans(text)]
+        short = Chunker(TOKENIZER)  # and the blocks around it are still grouped: not a chunk each
+        assert len(short.chunk_spans(before + after)) == 1

@@ -176,7 +176,9 @@ def test_a_second_run_with_the_cache_gets_current_decisions_not_replayed_ones():
     short = Document(text=paragraph, id_="short")
     first = {n.node_id: dict(n.metadata) for n in pipe.run(documents=[short])}
     assert all(m[DEDUP_DUPLICATE_OF] is None for m in first.values())
-    pipe.run(documents=[Document(text=paragraph + " This copy has one more sentence.", id_="longer")])
+    # a longer copy that is still one chunk: words before the paragraph (a sentence appended after it
+    # would let a content-defined cut fall before the paragraph's last sentence, under the tail rule)
+    pipe.run(documents=[Document(text="In this longer copy: " + paragraph, id_="longer")])
     taken_over = [k for k in first if index.resolve(k) != k]
     assert taken_over  # the longer copy's last chunk represents that cluster now
 

@@ -240,7 +240,9 @@ def test_drop_mode_does_not_pass_a_later_longer_copy_of_a_passage_already_passed
     transform = DedupTransform(mode="drop")
     pipeline = IngestionPipeline(transformations=[SentenceChunker(), transform])
     first = pipeline.run(documents=[Document(text=paragraph, id_="short")])
-    longer = pipeline.run(documents=[Document(text=paragraph + " This copy has one more sentence.", id_="longer")])
+    # a longer copy that is still one chunk: words before the paragraph (a sentence appended after it
+    # would let a content-defined cut fall before the paragraph's last sentence, under the tail rule)
+    longer = pipeline.run(documents=[Document(text="In this longer copy: " + paragraph, id_="longer")])
     index = transform.index
     first_ids = {n.node_id for n in first}
     longer_ids = set(index.keys_of_source("longer"))
