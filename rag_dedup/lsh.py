@@ -100,7 +100,9 @@ def band_keys(signatures: np.ndarray, b: int, r: int) -> np.ndarray:
         raise ValueError(f"b * r ({b} * {r} = {b * r}) exceeds the signature length ({width})")
     multipliers, offsets = _constants(b, r)
     if compiled.COMPILED:
-        return _kernels.band_keys(np.ascontiguousarray(signatures, dtype=np.uint32), multipliers, b, r)  # type: ignore[no-any-return]
+        out = np.empty((n, b), dtype=np.uint64)
+        _kernels.band_keys(np.ascontiguousarray(signatures, dtype=np.uint32), multipliers, b, r, out)
+        return out
     # (uint64 array arithmetic wraps modulo 2^64 silently, which is the "mod 2^64" above)
     rows = np.multiply(signatures[:, : b * r], multipliers, dtype=np.uint64, casting="unsafe")  # as astype(uint64)
     keys = rows.reshape(n, b, r).sum(axis=2, dtype=np.uint64)

@@ -10,7 +10,9 @@ fraction of equal positions estimates Jaccard similarity with standard error
 ``datasketch.MinHash(num_perm, seed=seed, scheme="affine32", hashfunc=int).update_batch(set)``; the
 permutation parameters are taken from datasketch itself. One pass computes a whole batch: the
 shingles of many texts are concatenated, permuted as one ``(shingles, num_perm)`` matrix, and reduced
-per text with ``np.minimum.reduceat``.
+per text with ``np.minimum.reduceat``. That numpy code is the reference; with
+:data:`rag_dedup.compiled.COMPILED` the kernel :func:`rag_dedup.compiled.signature.signatures` computes the
+same values in one pass (no ``(num_perm, shingles)`` temporary).
 
 Example:
     >>> from rag_dedup.shingles import shingle_hashes
@@ -123,7 +125,9 @@ class MinHasher:
             offsets = np.zeros(len(sets) + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
             values = np.concatenate(sets).astype(np.uint32, copy=False) if int(offsets[-1]) else np.empty(0, np.uint32)
-        return _kernels.signatures(values, offsets, self._a, self._b)  # type: ignore[no-any-return]
+        out = np.empty((len(sets), self.num_perm), dtype=np.uint32)
+        _kernels.signatures(values, offsets, self._a, self._b, out)
+        return out
 
     def _permute(self, mixed: np.ndarray) -> np.ndarray:
         """``a_k * h + b_k mod 2^32`` for every permutation k (rows) and pre-mixed hash h (columns).

@@ -25,6 +25,12 @@ How the hashing is vectorised (the bottleneck of signature computation is here, 
 :func:`reference_shingle_hashes` computes the same values one word at a time in pure Python; the
 test suite holds the two equal, value for value.
 
+With :data:`rag_dedup.compiled.COMPILED` (the default), the loops over bytes and words run as the
+compiled kernels of :mod:`rag_dedup.compiled.shingle` (words, word hashes, n-gram hashes with each
+text's sort and unique, the canonical bytes of the digests, the decoration rule's byte tests), chosen at
+call time; the numpy code here is their reference, and everything that is not such a loop (Unicode
+folding, split scripts, the regex of line-leading numbers, the short-text regime) runs here on both paths.
+
 :func:`shingle_stream` is the query-time variant, for comparing the tens of texts one query returns
 with each other: the same shingles, a faster 64-bit hash of its own (words read as two 8-byte loads,
 no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable only with each other.
@@ -404,6 +410,15 @@ def _decoration_bytes(token: bytes) -> bool:
     return token.isascii() is False and is_decoration(token.decode("utf-8"))
 
 
+def _compiled_words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_words`' starts and ends by :func:`rag_dedup.compiled.shingle.words`."""
+    size = len(buf) // 2 + 1
+    starts = np.empty(size, dtype=np.int64)
+    ends = np.empty(size, dtype=np.int64)
+    n = _kernels.words(buf, starts, ends)
+    return starts[:n], ends[:n]
+
+
 def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_decoration_drops` with the byte tests compiled (:mod:`rag_dedup.compiled.shingle`).
 
@@ -412,11 +427,13 @@ def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray,
     it is skipped when that word has the shape of a number; :data:`~rag_dedup.normalize.NUMBERING`
     decides those here, and a number dropped lets the next word of its line lead in turn.
     """
-    keep, undecided = _kernels.decoration_status(buf, starts, ends)
+    keep = np.empty(len(starts), dtype=bool)
+    found = np.empty(len(starts), dtype=np.int64)
+    undecided = found[: _kernels.decoration_status(buf, starts, ends, keep, found)]
     if len(undecided):
         a, e = starts[undecided].tolist(), ends[undecided].tolist()
         keep[undecided] = [not _decoration_bytes(data[x:y]) for x, y in zip(a, e)]
-    candidates = _kernels.leading_candidates(buf, starts, ends, keep)
+    candidates = found[: _kernels.leading_candidates(buf, starts, ends, keep, found)]
     numbers: list[int] = []
     if len(candidates):
         n = len(starts)
@@ -440,11 +457,22 @@ def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray,
     return keep, np.flatnonzero(~keep)
 
 
+def _compiled_canonical(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rag_dedup.compiled.shingle.canonical_bytes`: ``(rebuilt bytes, spans, inside)``."""
+    rebuilt = np.empty(len(buf) + 1, dtype=np.uint8)
+    spans = np.empty((len(first_word), 2), dtype=np.int64)
+    inside = np.empty(len(first_word), dtype=bool)
+    _kernels.canonical_bytes(buf, starts, ends, first_word, words_per_text, rebuilt, spans, inside)
+    return rebuilt, spans, inside
+
+
 def _compiled_digests(
     joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray
 ) -> list[bytes | None]:
     """:func:`_digests` with the canonical bytes found by :func:`rag_dedup.compiled.shingle.canonical_bytes`."""
-    rebuilt, spans, inside = _kernels.canonical_bytes(buf, starts, ends, first_word, words_per_text)
+    rebuilt, spans, inside = _compiled_canonical(buf, starts, ends, first_word, words_per_text)
     views = (memoryview(joined), memoryview(rebuilt))
     return [
         blake2b(views[odd][a:b], digest_size=16).digest() if n else None
@@ -569,7 +597,7 @@ def _hash_piece(
     buf = np.frombuffer(joined, dtype=np.uint8)
     fast = compiled.COMPILED  # the compiled kernels of rag_dedup.compiled.shingle, or the numpy reference
     if fast:
-        starts, ends = _kernels.words(buf)
+        starts, ends = _compiled_words(buf)
     else:
         is_word, starts, ends = _words(buf)
     # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
@@ -592,7 +620,11 @@ def _hash_piece(
                 left[bare] = words_per_text[bare]
             starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    words = _kernels.word_hashes(buf, starts, ends) if fast else _word_hashes(buf, starts, ends)
+    if fast:
+        words = np.empty(len(starts), dtype=np.uint64)
+        _kernels.word_hashes(buf, starts, ends, words)
+    else:
+        words = _word_hashes(buf, starts, ends)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
 
@@ -601,7 +633,9 @@ def _hash_piece(
         # Regular shingles, each text's sorted and made unique, in one compiled pass.
         skip = np.zeros(len(texts), dtype=bool)
         skip[short_texts] = True
-        flat, counts = _kernels.ngram_sets(words, first_word, words_per_text, skip, ngram, _C_NP)
+        flat = np.empty(max(len(words) - ngram + 1, 0), dtype=np.uint32)
+        counts = np.empty(len(texts), dtype=np.int64)
+        _kernels.ngram_sets(words, first_word, words_per_text, skip, ngram, _C_NP, flat, counts)
         start = 0
         for i, end in enumerate(np.cumsum(counts).tolist()):
             if end > start:
@@ -906,11 +940,10 @@ def _compiled_one(
     """
     data = form.encode("utf-8")
     buf = np.frombuffer(data, dtype=np.uint8)
-    starts, ends = _kernels.words(buf)
+    starts, ends = _compiled_words(buf)
     found: bytes | None = None
     if digest and len(starts):
-        span = np.zeros(1, dtype=np.int64)
-        rebuilt, spans, inside = _kernels.canonical_bytes(buf, starts, ends, span, np.array([len(starts)]))
+        rebuilt, spans, inside = _compiled_canonical(buf, starts, ends, _FIRST_WORD, np.array([len(starts)]))
         a, b = spans[0].tolist()
         found = blake2b(memoryview(rebuilt if inside[0] else data)[a:b], digest_size=16).digest()
     if ignore_decoration and len(starts):
@@ -920,7 +953,11 @@ def _compiled_one(
     n = len(starts)
     if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
         return None
-    return _kernels.one_text(buf, starts, ends, ngram, _C_NP), found
+    out = np.empty(n, dtype=np.uint32)
+    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], found
+
+
+_FIRST_WORD = np.zeros(1, dtype=np.int64)  # (one text's first word, for _compiled_canonical)
 
 
 def _run(

@@ -14,7 +14,8 @@ short-text regime. The formulas, as in the module docstring of :mod:`rag_dedup.s
 * shingle hash ``fmix64(Σ_k w_{i+k} · C_k mod 2^64) >> 32``, sorted and made unique per text.
 
 Every integer in the arithmetic is a ``uint64`` (numba turns ``uint64`` mixed with a plain ``int`` into a
-float), so the constants are typed.
+float), so the constants are typed. The kernels write into arrays the caller allocates and return a count:
+an array returned from a kernel costs a few microseconds to box, which is most of a call on one text.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ _SPACE[28:33] = True
 
 
 @kernel
-def words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, ends)`` (int64) of every word of the UTF-8 bytes ``buf``, as ``shingles._words``."""
+def words(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int:
+    """Write the words of the UTF-8 bytes ``buf`` (as ``shingles._words``) to ``starts`` and ``ends``
+    (int64, ``len(buf) // 2 + 1`` entries at least); return how many there are."""
     n = buf.shape[0]
     # Every change between whitespace and word is an edge: start, end, start, end, ... (written
     # without a branch: the position is stored always, the count advances at a change).
@@ -60,13 +62,15 @@ def words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not before:
         edges[count] = n
         count += 1
-    return edges[0:count:2].copy(), edges[1:count:2].copy()
+    for k in range(count // 2):
+        starts[k] = edges[2 * k]
+        ends[k] = edges[2 * k + 1]
+    return count // 2
 
 
 @kernel
-def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The uint64 polynomial hash of each word ``buf[starts[i]:ends[i]]``."""
-    out = np.empty(starts.shape[0], dtype=np.uint64)
+def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, out: np.ndarray) -> None:
+    """Write the uint64 polynomial hash of each word ``buf[starts[i]:ends[i]]`` to ``out[i]``."""
     for i in range(starts.shape[0]):
         a, e = starts[i], ends[i]
         h = _ZERO
@@ -80,7 +84,6 @@ def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
                 h += np.uint64(buf[j]) * p
                 p *= _P
         out[i] = h
-    return out
 
 
 @kernel
@@ -150,28 +153,33 @@ def _windows(hashes: np.ndarray, ngram: int, c: np.ndarray) -> np.ndarray:
 
 @kernel
 def ngram_sets(
-    hashes: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray, skip: np.ndarray, ngram: int, c: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    hashes: np.ndarray,
+    first_word: np.ndarray,
+    words_per_text: np.ndarray,
+    skip: np.ndarray,
+    ngram: int,
+    c: np.ndarray,
+    flat: np.ndarray,
+    counts: np.ndarray,
+) -> int:
     """Each text's sorted unique uint32 shingle hashes of ``ngram`` consecutive words, one after another.
 
     Text ``t`` has words ``first_word[t] .. first_word[t] + words_per_text[t] - 1`` of ``hashes``; texts
-    with ``skip[t]`` or fewer than ``ngram`` words get none. Returns ``(flat, counts)``: text t's set
-    is the ``counts[t]`` values of ``flat`` after those of the texts before it.
+    with ``skip[t]`` or fewer than ``ngram`` words get none. Text t's set is written to the ``counts[t]``
+    entries of ``flat`` (``max(len(hashes) - ngram + 1, 0)`` entries at least) after those of the texts
+    before it; returns how many entries of ``flat`` are written.
     """
     texts = first_word.shape[0]
-    total = 0
     widest = 0
     for t in range(texts):
         if not skip[t] and words_per_text[t] >= ngram:
-            total += words_per_text[t] - ngram + 1
             widest = max(widest, words_per_text[t] - ngram + 1)
     combined = _windows(hashes, ngram, c)
-    flat = np.empty(total, dtype=np.uint32)
-    counts = np.zeros(texts, dtype=np.int64)
     tmp = np.empty(widest, dtype=np.uint32)
     hist = np.empty(2 * widest + 1, dtype=np.int64)
     pos = 0
     for t in range(texts):
+        counts[t] = 0
         m = words_per_text[t] - ngram + 1
         if skip[t] or m <= 0:
             continue
@@ -181,41 +189,48 @@ def ngram_sets(
         u = _sorted_unique(flat[pos : pos + m], tmp, hist)
         counts[t] = u
         pos += u
-    return flat[:pos], counts
+    return pos
 
 
 @kernel
-def one_text(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngram: int, c: np.ndarray) -> np.ndarray:
-    """The sorted unique uint32 shingle hashes of the words ``buf[starts[i]:ends[i]]`` of one text."""
-    hashes = word_hashes(buf, starts, ends)
+def one_text(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngram: int, c: np.ndarray, out: np.ndarray) -> int:
+    """Write the sorted unique uint32 shingle hashes of the words ``buf[starts[i]:ends[i]]`` of one text
+    to ``out`` (``len(starts)`` entries at least); return how many there are."""
+    hashes = np.empty(starts.shape[0], dtype=np.uint64)
+    word_hashes(buf, starts, ends, hashes)
     combined = _windows(hashes, ngram, c)
     m = combined.shape[0]
-    out = np.empty(m, dtype=np.uint32)
     for j in range(m):
         out[j] = np.uint32(combined[j])
-    u = _sorted_unique(out, np.empty(m, dtype=np.uint32), np.empty(2 * m + 1, dtype=np.int64))
-    return out[:u].copy()
+    return _sorted_unique(out[:m], np.empty(m, dtype=np.uint32), np.empty(2 * m + 1, dtype=np.int64))
 
 
 @kernel
 def canonical_bytes(
-    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    first_word: np.ndarray,
+    words_per_text: np.ndarray,
+    out: np.ndarray,
+    spans: np.ndarray,
+    inside: np.ndarray,
+) -> None:
     """Where each text's :func:`~rag_dedup.normalize.canonical` bytes are (as ``shingles._digests``).
 
     A text's canonical bytes are its words joined by ``" "``, ``"\n"`` or ``"\n\n"`` as the
     whitespace between two of them holds no, one, or two or more line breaks (LF, or CR not followed by
     LF). Where every gap is one space they are ``buf[lo:hi]`` from its first word to its last; the
-    others are rebuilt into a new buffer. Returns ``(rebuilt, spans, inside)``: the rebuilt bytes, and
-    per text ``spans[t] = (lo, hi)`` in ``buf`` (``inside[t]`` False) or in ``rebuilt`` (True).
+    others are rebuilt into ``out`` (``len(buf) + 1`` bytes at least). Writes, per text,
+    ``spans[t] = (lo, hi)`` in ``buf`` (``inside[t]`` False) or in ``out`` (True); (0, 0) for no words.
     """
     texts = first_word.shape[0]
     n = buf.shape[0]
-    spans = np.zeros((texts, 2), dtype=np.int64)
-    inside = np.zeros(texts, dtype=np.bool_)
-    out = np.empty(0, dtype=np.uint8)
     pos = 0
     for t in range(texts):
+        spans[t, 0] = 0
+        spans[t, 1] = 0
+        inside[t] = False
         words = words_per_text[t]
         if words == 0:
             continue
@@ -229,8 +244,6 @@ def canonical_bytes(
         if regular:
             spans[t, 0], spans[t, 1] = lo, hi
             continue
-        if out.shape[0] == 0:
-            out = np.empty(n + 1, dtype=np.uint8)
         inside[t] = True
         spans[t, 0] = pos
         # One pass from the first word to the end of the last: word bytes are copied, and a run of
@@ -259,7 +272,6 @@ def canonical_bytes(
             out[pos] = c
             pos += 1
         spans[t, 1] = pos
-    return out[:pos], spans, inside
 
 
 @kernel
@@ -274,17 +286,15 @@ def _loose(c: np.uint8) -> bool:
 
 
 @kernel
-def decoration_status(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The decoration rule by bytes (``shingles._settle_edged``): ``(keep, undecided)``.
-
-    A word with a solid byte is kept, a word of ASCII punctuation and symbols only is not; the words
-    of non-ASCII bytes and no solid byte are *undecided* (``is_decoration`` decides them): their
-    indices, ascending, with ``keep`` True for now.
+def decoration_status(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, undecided: np.ndarray) -> int:
+    """The decoration rule by bytes (``shingles._settle_edged``), written to ``keep`` (bool, a word
+    each): a word with a solid byte is kept, a word of ASCII punctuation and symbols only is not; the
+    words of non-ASCII bytes and no solid byte are *undecided* (``is_decoration`` decides them): their
+    indices go to ``undecided``, ascending, with ``keep`` True for now. Returns how many.
     """
-    keep = np.ones(starts.shape[0], dtype=np.bool_)
-    undecided = np.empty(starts.shape[0], dtype=np.int64)
     count = 0
     for i in range(starts.shape[0]):
+        keep[i] = True
         a, e = starts[i], ends[i]
         if not (_loose(buf[a]) and _loose(buf[e - 1])):
             continue
@@ -304,7 +314,7 @@ def decoration_status(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> 
             count += 1
         else:
             keep[i] = False
-    return keep, undecided[:count].copy()
+    return count
 
 
 @kernel
@@ -322,12 +332,12 @@ def _number_shaped(buf: np.ndarray, a: int, e: int) -> bool:
 
 
 @kernel
-def leading_candidates(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def leading_candidates(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, out: np.ndarray) -> int:
     """The words that lead their line once the dropped words before them on it are skipped, where they
     may be numbers (:func:`_number_shaped`): at most one per line, ascending. A line begins at word 0 and
-    after every LF or CR; ``keep`` is False for the words dropped so far."""
+    after every LF or CR; ``keep`` is False for the words dropped so far. They are written to ``out``;
+    returns how many."""
     n = starts.shape[0]
-    out = np.empty(n, dtype=np.int64)
     count = 0
     first = True  # the next kept word leads its line
     for i in range(n):
@@ -342,4 +352,4 @@ def leading_candidates(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ke
         if _number_shaped(buf, starts[i], ends[i]):
             out[count] = i
             count += 1
-    return out[:count].copy()
+    return count

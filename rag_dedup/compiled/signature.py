@@ -58,15 +58,15 @@ def fmix64(x: np.uint64) -> np.uint64:
 
 
 @kernel
-def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The ``(len(offsets) - 1, len(a))`` uint32 signatures of the sets ``values[offsets[i]:offsets[i + 1]]``.
+def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """Write to ``out`` the ``(len(offsets) - 1, len(a))`` uint32 signatures of the sets
+    ``values[offsets[i]:offsets[i + 1]]`` (an array returned from a kernel costs microseconds to box).
 
     ``values`` are uint32 shingle hashes, ``a`` and ``b`` the uint32 permutation parameters; an empty
     set's row is all ``0xFFFFFFFF`` (:data:`rag_dedup.minhash.EMPTY_VALUE`).
     """
     n = offsets.shape[0] - 1
     num_perm = a.shape[0]
-    out = np.empty((n, num_perm), dtype=np.uint32)
     best = np.empty(num_perm, dtype=np.uint32)
     for i in range(n):
         best[:] = _EMPTY
@@ -78,18 +78,16 @@ def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nda
                 if v < best[k]:
                     best[k] = v
         out[i] = best
-    return out
 
 
 @kernel
-def band_keys(sigs: np.ndarray, multipliers: np.ndarray, b: int, r: int) -> np.ndarray:
-    """The ``(n, b)`` uint64 band keys of ``(n, >= b·r)`` uint32 signatures (see :func:`rag_dedup.lsh.band_keys`)."""
+def band_keys(sigs: np.ndarray, multipliers: np.ndarray, b: int, r: int, out: np.ndarray) -> None:
+    """Write to ``out`` the ``(n, b)`` uint64 band keys of ``(n, >= b·r)`` uint32 signatures (see
+    :func:`rag_dedup.lsh.band_keys`)."""
     n = sigs.shape[0]
-    out = np.empty((n, b), dtype=np.uint64)
     for i in range(n):
         for band in range(b):
             acc = np.uint64(band)
             for j in range(band * r, band * r + r):
                 acc += np.uint64(sigs[i, j]) * multipliers[j]
             out[i, band] = fmix64(acc)
-    return out
