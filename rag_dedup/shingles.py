@@ -480,6 +480,19 @@ def _compiled_digests(
     ]
 
 
+def _compiled_form_digests(forms: Sequence[str]) -> list[bytes | None]:
+    """The digests of texts given by their :func:`~rag_dedup.normalize.token_form`, rebuilt from its
+    words as :func:`_digests` does (for the texts whose shingle form is not their token form)."""
+    encoded = [f.encode("utf-8") for f in forms]
+    joined = b"\n".join(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    starts, ends = _compiled_words(buf)
+    first_word = np.searchsorted(starts, text_starts)
+    return _compiled_digests(joined, buf, starts, ends, first_word, np.diff(first_word, append=len(starts)))
+
+
 def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Find every word of a UTF-8 buffer: (is_word mask, starts, ends), ``starts`` and ``ends``
     contiguous (the gathers of the decoration pass and of :func:`_word_hashes` read them)."""
@@ -976,7 +989,7 @@ def _run(
         found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digests is not None and shaped is form)
         if found is not None:
             if digests is not None:
-                digests.append(found[1] if shaped is form else canonical_digest(texts[0]))
+                digests.append(found[1] if shaped is form else _compiled_form_digests([form])[0])
             return [found[0]]
     elif len(texts) == 1 and type(texts[0]) is str:
         # One text: the bulk path's fixed cost (~100 small numpy calls) would be most of its cost.
@@ -988,6 +1001,7 @@ def _run(
             return [one]
     forms: list[str] = []
     reshaped: list[int] = []  # texts whose shingle form is not their token form
+    token_forms: list[str] = []  # theirs
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
@@ -995,6 +1009,7 @@ def _run(
         shaped = shingle_form(form, ignore_decoration=ignore_decoration)
         if shaped is not form:
             reshaped.append(i)
+            token_forms.append(form)
         forms.append(shaped)
     out: list[np.ndarray] = []
     piece: list[str] = []
@@ -1007,9 +1022,10 @@ def _run(
             piece, size = [], 0
     if piece:
         out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
-    if digests is not None:
-        for i in reshaped:
-            digests[len(digests) - len(texts) + i] = canonical_digest(texts[i])
+    if digests is not None and reshaped:
+        found = _compiled_form_digests(token_forms) if compiled.COMPILED else [canonical_digest(texts[i]) for i in reshaped]
+        for i, digest in zip(reshaped, found):
+            digests[len(digests) - len(texts) + i] = digest
     return out
 
 
