@@ -216,3 +216,27 @@ def test_index_partition_is_the_same_on_both_paths() -> None:
     fast_many, slow_many = both(lambda: build(False))
     assert fast_one == slow_one == fast_many == slow_many
     assert any(key != rep for key, rep in fast_one)  # the planted copies were found
+
+
+def test_an_index_saved_on_one_path_is_extended_on_the_other(tmp_path, reference_kernels: None) -> None:
+    """The persisted shingles and band keys are the same on both paths: an index built by the compiled
+    kernels, saved, and extended on the reference path (this test runs there) ends where one built on
+    the reference path alone does."""
+    items = [(f"k{i}", t) for i, (_, t) in enumerate(chunks()[:200])]
+    items += [(f"dup{i}", t.replace(" the ", " this ", 1)) for i, (_, t) in enumerate(chunks()[:40])]
+    first, rest = items[::2], items[1::2]
+    with _path(True):
+        index = DedupIndex(threshold=0.8)
+        index.add_many(first)
+        index.save(tmp_path / "index")
+    assert compiled.COMPILED is False
+    extended = DedupIndex.load(tmp_path / "index")
+    for key, text in rest:
+        extended.add(key, text)
+    alone = DedupIndex(threshold=0.8)
+    alone.add_many(items)
+    keys = [k for k, _ in items]
+    assert [(m.key, m.representative, m.kind) for m in extended.matches(keys)] == [
+        (m.key, m.representative, m.kind) for m in alone.matches(keys)
+    ]
+    assert any(m.kind == "near" for m in alone.matches(keys))
