@@ -431,30 +431,40 @@ def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray,
     found = np.empty(len(starts), dtype=np.int64)
     undecided = found[: _kernels.decoration_status(buf, starts, ends, keep, found)]
     if len(undecided):
-        a, e = starts[undecided].tolist(), ends[undecided].tolist()
-        keep[undecided] = [not _decoration_bytes(data[x:y]) for x, y in zip(a, e)]
+        _settle_undecided(data, starts, ends, keep, undecided)
     candidates = found[: _kernels.leading_candidates(buf, starts, ends, keep, found)]
-    numbers: list[int] = []
     if len(candidates):
-        n = len(starts)
-        fullmatch = _NUMBERING_BYTES.fullmatch
-        for i in candidates.tolist():
-            while fullmatch(data, int(starts[i]), int(ends[i])):
-                keep[i] = False
-                numbers.append(i)
-                j = i + 1  # the next word not dropped on the same line, if any, leads it now
-                while j < n:
-                    gap = data[int(ends[j - 1]) : int(starts[j])]
-                    if b"\n" in gap or b"\r" in gap:
-                        j = n
-                    elif keep[j]:
-                        break
-                    else:
-                        j += 1
-                if j >= n:
-                    break
-                i = j
+        _drop_leading_numbers(data, starts, ends, keep, candidates)
     return keep, np.flatnonzero(~keep)
+
+
+def _settle_undecided(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, undecided: np.ndarray) -> None:
+    """Clear ``keep`` of the ``undecided`` words (non-ASCII, no solid byte) that are decoration."""
+    a, e = starts[undecided].tolist(), ends[undecided].tolist()
+    keep[undecided] = [not _decoration_bytes(data[x:y]) for x, y in zip(a, e)]
+
+
+def _drop_leading_numbers(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, candidates: np.ndarray) -> None:
+    """Clear ``keep`` of the line-leading numbers, from each line's candidate
+    (:func:`rag_dedup.compiled.shingle.leading_candidates`) on: a number dropped lets the next word not
+    dropped on its line lead in turn."""
+    n = len(starts)
+    fullmatch = _NUMBERING_BYTES.fullmatch
+    for i in candidates.tolist():
+        while fullmatch(data, int(starts[i]), int(ends[i])):
+            keep[i] = False
+            j = i + 1
+            while j < n:
+                gap = data[int(ends[j - 1]) : int(starts[j])]
+                if b"\n" in gap or b"\r" in gap:
+                    j = n
+                elif keep[j]:
+                    break
+                else:
+                    j += 1
+            if j >= n:
+                break
+            i = j
 
 
 def _compiled_canonical(
@@ -953,24 +963,37 @@ def _compiled_one(
     """
     data = form.encode("utf-8")
     buf = np.frombuffer(data, dtype=np.uint8)
-    starts, ends = _compiled_words(buf)
-    found: bytes | None = None
-    if digest and len(starts):
-        rebuilt, spans, inside = _compiled_canonical(buf, starts, ends, _FIRST_WORD, np.array([len(starts)]))
-        a, b = spans[0].tolist()
-        found = blake2b(memoryview(rebuilt if inside[0] else data)[a:b], digest_size=16).digest()
-    if ignore_decoration and len(starts):
-        keep, dropped = _compiled_decoration_drops(data, buf, starts, ends)
-        if 0 < len(dropped) < len(starts):  # (a text of decoration only keeps every word)
-            starts, ends = starts[keep], ends[keep]
+    size = len(data) // 2 + 1
+    starts = np.empty(size, dtype=np.int64)
+    ends = np.empty(size, dtype=np.int64)
+    keep = np.empty(size, dtype=bool)
+    found = np.empty(size, dtype=np.int64)
+    info = np.empty(7, dtype=np.int64)
+    rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
+    _kernels.scan_one(buf, ignore_decoration, starts, ends, keep, found, rebuilt, info)
+    words, lo, hi, inside, undecided, candidates, dropped = info.tolist()
+    starts, ends = starts[:words], ends[:words]
+    digest_of: bytes | None = None
+    if digest and words:
+        digest_of = blake2b(memoryview(rebuilt if inside else data)[lo:hi], digest_size=16).digest()
+    if ignore_decoration and words:
+        keep = keep[:words]
+        if undecided:
+            _settle_undecided(data, starts, ends, keep, found[:undecided])
+            candidates = _kernels.leading_candidates(buf, starts, ends, keep, found)
+        if candidates:
+            _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
+        if undecided or candidates or dropped:
+            kept = int(np.count_nonzero(keep))
+            if 0 < kept < words:  # (a text of decoration only keeps every word)
+                starts, ends = starts[keep], ends[keep]
     n = len(starts)
     if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
         return None
     out = np.empty(n, dtype=np.uint32)
-    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], found
+    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], digest_of
 
 
-_FIRST_WORD = np.zeros(1, dtype=np.int64)  # (one text's first word, for _compiled_canonical)
 
 
 def _run(

@@ -25,7 +25,9 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["canonical_bytes", "decoration_status", "leading_candidates", "ngram_sets", "one_text", "word_hashes", "words"]
+__all__ = [
+    "canonical_bytes", "decoration_status", "leading_candidates", "ngram_sets", "one_text", "scan_one", "word_hashes", "words",
+]
 
 _ZERO = np.uint64(0)
 _ONE = np.uint64(1)
@@ -353,3 +355,46 @@ def leading_candidates(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ke
             out[count] = i
             count += 1
     return count
+
+
+@kernel
+def scan_one(
+    buf: np.ndarray,
+    decorate: bool,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    keep: np.ndarray,
+    found: np.ndarray,
+    rebuilt: np.ndarray,
+    info: np.ndarray,
+) -> None:
+    """One text's :func:`words`, :func:`canonical_bytes` and, with ``decorate``, :func:`decoration_status`
+    and (when no word is undecided) :func:`leading_candidates`, in one call (``DedupIndex.add``).
+
+    ``starts``, ``ends``, ``keep`` and ``found`` have ``len(buf) // 2 + 1`` entries, ``rebuilt``
+    ``len(buf) + 1``; ``info`` (7 int64) receives the number of words, the canonical span (lo, hi, and 1
+    if it is in ``rebuilt``), the number of undecided words (in ``found``), the number of line-leading
+    candidates (in ``found``, when there is no undecided word; else 0) and of the words ``keep`` drops.
+    """
+    n = words(buf, starts, ends)
+    s, e = starts[:n], ends[:n]
+    spans = np.empty((1, 2), dtype=np.int64)
+    inside = np.empty(1, dtype=np.bool_)
+    canonical_bytes(buf, s, e, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64), rebuilt, spans, inside)
+    info[0] = n
+    info[1] = spans[0, 0]
+    info[2] = spans[0, 1]
+    info[3] = 1 if inside[0] else 0
+    info[4] = 0
+    info[5] = 0
+    info[6] = 0
+    if decorate and n > 0:
+        kept = keep[:n]
+        undecided = decoration_status(buf, s, e, kept, found)
+        info[4] = undecided
+        if undecided == 0:
+            info[5] = leading_candidates(buf, s, e, kept, found)
+        dropped = 0
+        for i in range(n):
+            dropped += not kept[i]
+        info[6] = dropped
