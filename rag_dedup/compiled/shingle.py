@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 _ZERO = np.uint64(0)
-_ONE = np.uint64(1)
 _S32 = np.uint64(32)
 # The polynomial base of the word hash (the 64-bit FNV prime; rag_dedup.shingles._P).
 _P = np.uint64(0x100000001B3)
