@@ -74,7 +74,7 @@ def test_compiled_shingles_and_digests_equal_the_reference_in_batches(texts: lis
 
 @settings(max_examples=400, deadline=None)
 @given(TEXTS, st.integers(1, 6), RULES)
-def test_compiled_one_text_equals_the_reference_and_the_specification(text: str, ngram: int, rules: dict) -> None:
+def test_compiled_one_text_equals_the_reference(text: str, ngram: int, rules: dict) -> None:
     """One text takes the compiled one-text path (DedupIndex.add); it equals the reference path, and its
     digest the reference's."""
     (fast_sets, fast_digests), (slow_sets, slow_digests) = both(lambda: shingles_and_digests([text], ngram, **rules))
