@@ -20,11 +20,14 @@ Baselines in the same run: **rensa** (``RMinHash`` + ``RMinHashLSH``, 16 bands, 
 chunk, shingles built in Python from :func:`~rag_dedup.canonical`, as issue 14 measured it) and the
 **datasketch recipe** of ``bench_index.py`` (MinHash per chunk, MinHashLSH query, verify by estimate,
 insert). With ``--baseline-tree DIR`` (a checkout of another rag-dedup commit) the rag-dedup rows run
-from that tree too, in the same rounds. The rag-dedup rows must end in the same partition (checked:
+from that tree too, in the same rounds; with ``--reference-kernels``, this tree's rag-dedup rows run
+once more on the numpy reference path (``RAG_DEDUP_KERNELS=reference``) instead of the compiled kernels
+of :mod:`rag_dedup.compiled`. Every worker warms up before it is timed (imports, first numpy calls,
+and the compiled kernels, which numba compiles or loads from its cache on their first call). The rag-dedup rows must end in the same partition (checked:
 a digest of every key's representative).
 
-``--split`` adds, per tree, where one ``add()`` spends its CPU: an index of ``n - 800`` chunks is built
-with ``add_many``, 400 more are added one at a time with each stage timed (``process_time`` around the
+``--split`` adds, per tree, where one ``add()`` spends its CPU: after a warm-up (ten ``add()`` calls
+into another index), an index of ``n - 800`` chunks is built with ``add_many``, 400 more are added one at a time with each stage timed (``process_time`` around the
 named functions, the rest of ``add`` by difference), and 400 more counting the numpy functions and
 methods called per ``add()`` (``sys.setprofile``; array operators and indexing are not counted, they
 make no call event).
@@ -90,12 +93,16 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
 
     elif mode == "recipe":
         from bench_index import recipe
-    # Warm up outside the measurement: lazy imports (datasketch, scipy), numpy's first calls, tables, numba kernels.
+    # Warm up outside the measurement: lazy imports (datasketch, scipy), numpy's first calls, tables,
+    # and the compiled kernels (numba compiles or loads each on its first call: the batch path of add_many,
+    # add()'s one-text path, and the near-duplicate paths of both run here).
     warm = [(f"warm-{key}", text) for key, text in items[:20]]
     if mode in ("add", "add_many"):
         warm_index = DedupIndex(threshold=0.8)
-        warm_index.add_many(warm)
-        for key, text in warm[:3]:  # near-duplicates one at a time: the compiled kernels load (or compile)
+        warm_index.add_many(warm[:10])
+        for key, text in warm[10:]:
+            warm_index.add(key, text)
+        for key, text in warm[:3]:  # near-duplicates one at a time
             warm_index.add(key + "-again", text + " again")
         del warm_index
     elif mode == "rensa":
@@ -168,10 +175,15 @@ def split_worker(data: str) -> dict[str, object]:
 
     with open(data, encoding="utf-8") as f:
         items: list[tuple[str, str]] = [(k, t) for k, t in json.load(f)]
-    warm_index = DedupIndex(threshold=0.8)  # the compiled kernels load (or compile) before the timing
-    warm_index.add_many(items[:20])
+    # Warm up: the compiled kernels of add_many and of add()'s one-text and near-duplicate paths load
+    # (or compile) before the timing.
+    warm = DedupIndex(threshold=0.8)
+    warm.add_many([(f"warm-{key}", text) for key, text in items[:10]])
+    for key, text in items[10:20]:
+        warm.add(f"warm-{key}", text)
     for key, text in items[:3]:
-        warm_index.add(key + "-again", text + " again")
+        warm.add(f"warm-{key}-again", text + " again")
+    del warm
     index = DedupIndex(threshold=0.8)
     for lo in range(0, len(items) - 800, 1000):
         index.add_many(items[lo : min(lo + 1000, len(items) - 800)])
@@ -236,8 +248,8 @@ def print_split(label: str, r: dict[str, object]) -> None:
           f" functions {float(r['numpy_wrappers']):.1f}")  # type: ignore[arg-type]
 
 
-def run_row(tree: Path, mode: str, block: int, data: str) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+def run_row(tree: Path, mode: str, block: int, data: str, kernels: str = "compiled") -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(tree), RAG_DEDUP_KERNELS=kernels)
     cmd = [sys.executable, str(HERE / "bench_stream.py"), "--worker", mode, "--block", str(block), "--data", data]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -250,6 +262,10 @@ def main() -> None:
     parser.add_argument("--recipe-max", type=int, default=40000, help="largest size to run the slow recipe on")
     parser.add_argument("--baseline-tree", type=Path, help="another rag-dedup checkout whose rag-dedup rows run too")
     parser.add_argument("--split", action="store_true", help="also print where one add() spends its CPU, per tree")
+    parser.add_argument(
+        "--reference-kernels", action="store_true",
+        help="also run this tree's rag-dedup rows on the numpy reference path (RAG_DEDUP_KERNELS=reference)",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--block", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -263,26 +279,28 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from realtext import planted_chunks
 
-    trees = [("", ROOT)]
+    trees = [("", ROOT, "compiled")]
+    if args.reference_kernels:
+        trees.append((" [numpy reference]", ROOT, "reference"))
     if args.baseline_tree:
-        trees.append((f" [{args.baseline_tree.name}]", args.baseline_tree.resolve()))
+        trees.append((f" [{args.baseline_tree.name}]", args.baseline_tree.resolve(), "compiled"))
     for n in [int(s) for s in args.sizes.split(",")]:
         items = planted_chunks(n, seed=5, pool=int(n * 0.8), distinct=True, max_rate=0.025)[0]
         random.Random(14).shuffle(items)
-        rows = [(name + label, mode, block, tree) for name, mode, block in ROWS for label, tree in trees
+        rows = [(name + label, mode, block, tree, kernels) for name, mode, block in ROWS for label, tree, kernels in trees
                 if (mode in ("add", "add_many") or not label) and (mode != "recipe" or n <= args.recipe_max)]
         best: dict[str, dict[str, object]] = {}
         with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as f:
             json.dump(items, f, ensure_ascii=False)
             f.flush()
             for _ in range(args.rounds):
-                for name, mode, block, tree in rows:
-                    got = run_row(tree, mode, block, f.name)
+                for name, mode, block, tree, kernels in rows:
+                    got = run_row(tree, mode, block, f.name, kernels)
                     if name not in best:
                         best[name] = got  # memory from the first process of each row
                     best[name]["cpu"] = min(best[name]["cpu"], got["cpu"])  # type: ignore[type-var]
                     best[name]["wall"] = min(best[name]["wall"], got["wall"])  # type: ignore[type-var]
-            splits = [(label, run_row(tree, "split", 1, f.name)) for label, tree in trees] if args.split else []
+            splits = [(label, run_row(tree, "split", 1, f.name, kernels)) for label, tree, kernels in trees] if args.split else []
         _print(n, best, args.rounds)
         for label, r in splits:
             print_split(label, r)
@@ -294,17 +312,22 @@ def _print(n: int, best: dict[str, dict[str, object]], rounds: int) -> None:
     recipe = us.get(ROWS[4][0])
     print(f"\n== streaming ingest, {n:,} real 180-word chunks (~20% planted near-duplicates, shuffled), threshold 0.8,"
           f" 128 permutations; one fresh process per row, CPU time best of {rounds}")
-    print(f"   {'path':<52} {'us/chunk':>9} {'wall us':>8} {'rensa/this':>10} {'recipe/this':>11} {'peak RSS B':>11} {'retained B':>11}")
+    print(f"   {'path':<56} {'us/chunk':>9} {'wall us':>8} {'rensa/this':>10} {'recipe/this':>11} {'peak RSS B':>11} {'retained B':>11}")
     for name, r in best.items():
         cost = us[name]
         ratio_r = f"{rensa / cost:>9.2f}x" if rensa else f"{'-':>10}"
         ratio_d = f"{recipe / cost:>10.2f}x" if recipe else f"{'-':>11}"
         wall = float(r["wall"]) / n * 1e6  # type: ignore[arg-type]
-        print(f"   {name:<52} {cost:>9.1f} {wall:>8.1f} {ratio_r} {ratio_d} {int(r['peak']) / n:>11,.0f} {int(r['retained']) / n:>11,.0f}")  # type: ignore[call-overload]
+        print(f"   {name:<56} {cost:>9.1f} {wall:>8.1f} {ratio_r} {ratio_d} {int(r['peak']) / n:>11,.0f} {int(r['retained']) / n:>11,.0f}")  # type: ignore[call-overload]
     for label in sorted({name[len(ROWS[0][0]):] for name in best if name.startswith(ROWS[0][0])}):
         ten, thousand = us.get(ROWS[1][0] + label), us.get(ROWS[2][0] + label)
         if ten and thousand:
             print(f"   add_many blocks of 10 / blocks of 1,000{label}: {ten / thousand:.2f}x the cost a chunk (goal <= 1.5)")
+    labels = sorted({name[len(ROWS[0][0]):] for name in best if name.startswith(ROWS[0][0])} - {""})
+    for label in labels:  # the same path in this tree against another tree or the reference kernels
+        ratios = [f"{name[len('rag-dedup '):]} {us[name + label] / us[name]:.2f}x" for name, mode, _ in ROWS
+                  if mode in ("add", "add_many") and name in us and name + label in us]
+        print(f"   {label.strip(' []')} / this tree, per path (speed-up): " + ", ".join(ratios))
     digests = {name: r["digest"] for name, r in best.items() if r["digest"]}
     same = len(set(digests.values())) == 1
     print(f"   rag-dedup rows end in the same partition: {same}" + ("" if same else f" {digests}"))

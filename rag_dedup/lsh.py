@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled import signature as _kernels
 from rag_dedup.settings import check_num_perm, check_threshold
 from rag_dedup.shingles import _fmix64_inplace
 
@@ -90,12 +92,17 @@ def band_keys(signatures: np.ndarray, b: int, r: int) -> np.ndarray:
     Band ``i`` of a signature covers positions ``[i·r, (i+1)·r)``; its key is
     ``fmix64(Σ_j sig_j · K_j mod 2^64)`` with fixed odd multipliers ``K_j`` that differ for every
     position, so equal keys in the same band column mean (up to 2^-64) equal bands, and keys of
-    different bands do not collide by construction.
+    different bands do not collide by construction. With :data:`rag_dedup.compiled.COMPILED`, the
+    compiled :func:`rag_dedup.compiled.signature.band_keys` computes the same values in one pass.
     """
     n, width = signatures.shape
     if b * r > width:
         raise ValueError(f"b * r ({b} * {r} = {b * r}) exceeds the signature length ({width})")
     multipliers, offsets = _constants(b, r)
+    if compiled.COMPILED:
+        out = np.empty((n, b), dtype=np.uint64)
+        _kernels.band_keys(np.ascontiguousarray(signatures, dtype=np.uint32), multipliers, b, r, out)
+        return out
     # (uint64 array arithmetic wraps modulo 2^64 silently, which is the "mod 2^64" above)
     rows = np.multiply(signatures[:, : b * r], multipliers, dtype=np.uint64, casting="unsafe")  # as astype(uint64)
     keys = rows.reshape(n, b, r).sum(axis=2, dtype=np.uint64)

@@ -10,7 +10,9 @@ fraction of equal positions estimates Jaccard similarity with standard error
 ``datasketch.MinHash(num_perm, seed=seed, scheme="affine32", hashfunc=int).update_batch(set)``; the
 permutation parameters are taken from datasketch itself. One pass computes a whole batch: the
 shingles of many texts are concatenated, permuted as one ``(shingles, num_perm)`` matrix, and reduced
-per text with ``np.minimum.reduceat``.
+per text with ``np.minimum.reduceat``. That numpy code is the reference; with
+:data:`rag_dedup.compiled.COMPILED` the kernel :func:`rag_dedup.compiled.signature.signatures` computes the
+same values in one pass (no ``(num_perm, shingles)`` temporary).
 
 Example:
     >>> from rag_dedup.shingles import shingle_hashes
@@ -26,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled import signature as _kernels
 from rag_dedup.settings import check_num_perm, check_seed
 
 __all__ = ["EMPTY_VALUE", "SCHEME", "MinHasher"]
@@ -75,8 +79,11 @@ class MinHasher:
     def signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
         """Signatures of many shingle-hash sets: a ``(len(sets), num_perm)`` uint32 array.
 
-        An empty set's row is all :data:`EMPTY_VALUE`.
+        An empty set's row is all :data:`EMPTY_VALUE`. With :data:`rag_dedup.compiled.COMPILED`, one
+        compiled pass (:func:`rag_dedup.compiled.signature.signatures`) computes the same values.
         """
+        if compiled.COMPILED:
+            return self._compiled_signatures(sets)
         if len(sets) == 1 and 0 < len(sets[0]) <= _BLOCK_SHINGLES:
             # One set (DedupIndex.add): the same values with a handful of numpy calls, not ~20.
             permuted = self._permute(_fmix32(sets[0].astype(np.uint32, copy=False)))
@@ -106,6 +113,20 @@ class MinHasher:
             permuted = self._permute(mixed[first:last])
             out[rows[lo:hi]] = np.minimum.reduceat(permuted, starts[lo:hi] - first, axis=1).T
             del permuted  # before the next block's is allocated: one block's matrix alive at a time
+        return out
+
+    def _compiled_signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        """:meth:`signatures` by the compiled kernel: the sets concatenated, with their offsets."""
+        if len(sets) == 1:
+            values = np.ascontiguousarray(sets[0], dtype=np.uint32)
+            offsets = np.array([0, len(values)], dtype=np.int64)
+        else:
+            sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
+            offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            values = np.concatenate(sets).astype(np.uint32, copy=False) if int(offsets[-1]) else np.empty(0, np.uint32)
+        out = np.empty((len(sets), self.num_perm), dtype=np.uint32)
+        _kernels.signatures(values, offsets, self._a, self._b, out)
         return out
 
     def _permute(self, mixed: np.ndarray) -> np.ndarray:

@@ -25,6 +25,12 @@ How the hashing is vectorised (the bottleneck of signature computation is here, 
 :func:`reference_shingle_hashes` computes the same values one word at a time in pure Python; the
 test suite holds the two equal, value for value.
 
+With :data:`rag_dedup.compiled.COMPILED` (the default), the loops over bytes and words run as the
+compiled kernels of :mod:`rag_dedup.compiled.shingle` (words, word hashes, n-gram hashes with each
+text's sort and unique, the canonical bytes of the digests, the decoration rule's byte tests), chosen at
+call time; the numpy code here is their reference, and everything that is not such a loop (Unicode
+folding, split scripts, the regex of line-leading numbers, the short-text regime) runs here on both paths.
+
 :func:`shingle_stream` is the query-time variant, for comparing the tens of texts one query returns
 with each other: the same shingles, a faster 64-bit hash of its own (words read as two 8-byte loads,
 no per-byte 64-bit arithmetic), all texts in one pass; its values are comparable only with each other.
@@ -52,6 +58,8 @@ from typing import Literal
 
 import numpy as np
 
+from rag_dedup import compiled
+from rag_dedup.compiled import shingle as _kernels
 from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_shingles, stream_words
@@ -404,6 +412,99 @@ def _decoration_bytes(token: bytes) -> bool:
     return token.isascii() is False and is_decoration(token.decode("utf-8"))
 
 
+def _compiled_words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_words`' starts and ends by :func:`rag_dedup.compiled.shingle.words`."""
+    size = len(buf) // 2 + 1
+    starts = np.empty(size, dtype=np.int64)
+    ends = np.empty(size, dtype=np.int64)
+    n = _kernels.words(buf, starts, ends)
+    return starts[:n], ends[:n]
+
+
+def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_decoration_drops` with the byte tests compiled (:mod:`rag_dedup.compiled.shingle`).
+
+    The kernels settle every word by its bytes but the undecided ones (non-ASCII, no solid byte: asked
+    of :func:`_decoration_bytes`), and name, per line, the word that leads it once the decoration before
+    it is skipped when that word has the shape of a number; :data:`~rag_dedup.normalize.NUMBERING`
+    decides those here, and a number dropped lets the next word of its line lead in turn.
+    """
+    keep = np.empty(len(starts), dtype=bool)
+    found = np.empty(len(starts), dtype=np.int64)
+    undecided = found[: _kernels.decoration_status(buf, starts, ends, keep, found)]
+    if len(undecided):
+        _settle_undecided(data, starts, ends, keep, undecided)
+    candidates = found[: _kernels.leading_candidates(buf, starts, ends, keep, found)]
+    if len(candidates):
+        _drop_leading_numbers(data, starts, ends, keep, candidates)
+    return keep, np.flatnonzero(~keep)
+
+
+def _settle_undecided(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, undecided: np.ndarray) -> None:
+    """Clear ``keep`` of the ``undecided`` words (non-ASCII, no solid byte) that are decoration."""
+    a, e = starts[undecided].tolist(), ends[undecided].tolist()
+    keep[undecided] = [not _decoration_bytes(data[x:y]) for x, y in zip(a, e)]
+
+
+def _drop_leading_numbers(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, candidates: np.ndarray) -> None:
+    """Clear ``keep`` of the line-leading numbers, from each line's candidate
+    (:func:`rag_dedup.compiled.shingle.leading_candidates`) on: a number dropped lets the next word not
+    dropped on its line lead in turn."""
+    n = len(starts)
+    fullmatch = _NUMBERING_BYTES.fullmatch
+    for i in candidates.tolist():
+        while fullmatch(data, int(starts[i]), int(ends[i])):
+            keep[i] = False
+            j = i + 1
+            while j < n:
+                gap = data[int(ends[j - 1]) : int(starts[j])]
+                if b"\n" in gap or b"\r" in gap:
+                    j = n
+                elif keep[j]:
+                    break
+                else:
+                    j += 1
+            if j >= n:
+                break
+            i = j
+
+
+def _compiled_canonical(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rag_dedup.compiled.shingle.canonical_bytes`: ``(rebuilt bytes, spans, inside)``."""
+    rebuilt = np.empty(len(buf) + 1, dtype=np.uint8)
+    spans = np.empty((len(first_word), 2), dtype=np.int64)
+    inside = np.empty(len(first_word), dtype=bool)
+    _kernels.canonical_bytes(buf, starts, ends, first_word, words_per_text, rebuilt, spans, inside)
+    return rebuilt, spans, inside
+
+
+def _compiled_digests(
+    joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray
+) -> list[bytes | None]:
+    """:func:`_digests` with the canonical bytes found by :func:`rag_dedup.compiled.shingle.canonical_bytes`."""
+    rebuilt, spans, inside = _compiled_canonical(buf, starts, ends, first_word, words_per_text)
+    views = (memoryview(joined), memoryview(rebuilt))
+    return [
+        blake2b(views[odd][a:b], digest_size=16).digest() if n else None
+        for n, (a, b), odd in zip(words_per_text.tolist(), spans.tolist(), inside.tolist())
+    ]
+
+
+def _compiled_form_digests(forms: Sequence[str]) -> list[bytes | None]:
+    """The digests of texts given by their :func:`~rag_dedup.normalize.token_form`, rebuilt from its
+    words as :func:`_digests` does (for the texts whose shingle form is not their token form)."""
+    encoded = [f.encode("utf-8") for f in forms]
+    joined = b"\n".join(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    starts, ends = _compiled_words(buf)
+    first_word = np.searchsorted(starts, text_starts)
+    return _compiled_digests(joined, buf, starts, ends, first_word, np.diff(first_word, append=len(starts)))
+
+
 def _words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Find every word of a UTF-8 buffer: (is_word mask, starts, ends), ``starts`` and ``ends``
     contiguous (the gathers of the decoration pass and of :func:`_word_hashes` read them)."""
@@ -510,21 +611,32 @@ def _hash_piece(
 ) -> list[np.ndarray]:
     """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
     16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
-    encoded = [t.encode("utf-8") for t in texts]
-    joined = b"\n".join(encoded)
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    if all(t.isascii() for t in texts):  # (isascii is O(1)): a character is a byte
+        joined = "\n".join(texts).encode("ascii")
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    else:
+        encoded = [t.encode("utf-8") for t in texts]
+        joined = b"\n".join(encoded)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
-    is_word, starts, ends = _words(buf)
+    fast = compiled.COMPILED  # the compiled kernels of rag_dedup.compiled.shingle, or the numpy reference
+    if fast:
+        starts, ends = _compiled_words(buf)
+    else:
+        is_word, starts, ends = _words(buf)
     # Text i's words are first_word[i] .. first_word[i + 1] - 1 (no word starts at a separator).
     first_word = np.searchsorted(starts, text_starts)
     words_per_text = np.diff(first_word, append=len(starts))
-    if digests is not None:
+    if digests is not None and fast:
+        digests.extend(_compiled_digests(joined, buf, starts, ends, first_word, words_per_text))
+    elif digests is not None:
         text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
     if ignore_decoration and len(starts):
         # Before the word hashes, which then are of the words kept alone (and while buf is in cache).
-        keep, dropped = _decoration_drops(joined, buf, starts, ends)
+        drops = _compiled_decoration_drops if fast else _decoration_drops
+        keep, dropped = drops(joined, buf, starts, ends)
         if len(dropped):
             left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
@@ -533,16 +645,34 @@ def _hash_piece(
                 left[bare] = words_per_text[bare]
             starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    words = _word_hashes(buf, starts, ends)
-    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
+    if fast:
+        words = np.empty(len(starts), dtype=np.uint64)
+        _kernels.word_hashes(buf, starts, ends, words)
+    else:
+        words = _word_hashes(buf, starts, ends)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
 
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint32)] * len(texts)
+    if fast:
+        # Regular shingles, each text's sorted and made unique, in one compiled pass.
+        skip = np.zeros(len(texts), dtype=bool)
+        skip[short_texts] = True
+        flat = np.empty(max(len(words) - ngram + 1, 0), dtype=np.uint32)
+        counts = np.empty(len(texts), dtype=np.int64)
+        _kernels.ngram_sets(words, first_word, words_per_text, skip, ngram, _C_NP, flat, counts)
+        start = 0
+        for i, end in enumerate(np.cumsum(counts).tolist()):
+            if end > start:
+                out[i] = flat[start:end]
+                start = end
+        if not len(short_texts) and int(words_per_text.min(initial=ngram)) >= ngram:
+            return out  # no short text, no regime text: nothing else to do (the usual block of chunks)
+    text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
     with np.errstate(over="ignore"):
         # Regular shingles: windows of `ngram` consecutive words inside one text.
         m = len(words) - ngram + 1
-        if m > 0:
+        if m > 0 and not fast:
             combined = words[:m] * _C_NP[0]
             term = np.empty_like(combined)
             for k in range(1, ngram):
@@ -824,6 +954,51 @@ def _hash_one(form: str, ngram: int, ignore_decoration: bool, short_tokens: int)
     return hashed[keep]
 
 
+def _compiled_one(
+    form: str, ngram: int, ignore_decoration: bool, short_tokens: int, digest: bool
+) -> tuple[np.ndarray, bytes | None] | None:
+    """:func:`_hash_one` by the compiled kernels, and with ``digest`` the digest of the canonical form
+    rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form).
+
+    The same steps as :func:`_hash_piece` for one text: words, the decoration rule
+    (:func:`_compiled_decoration_drops`), word and shingle hashes; None for a text the bulk path takes
+    (fewer than ``ngram`` tokens, or in the short-text regime).
+    """
+    data = form.encode("utf-8")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    size = len(data) // 2 + 1
+    starts = np.empty(size, dtype=np.int64)
+    ends = np.empty(size, dtype=np.int64)
+    keep = np.empty(size, dtype=bool)
+    found = np.empty(size, dtype=np.int64)
+    info = np.empty(7, dtype=np.int64)
+    rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
+    _kernels.scan_one(buf, ignore_decoration, starts, ends, keep, found, rebuilt, info)
+    words, lo, hi, inside, undecided, candidates, dropped = info.tolist()
+    starts, ends = starts[:words], ends[:words]
+    digest_of: bytes | None = None
+    if digest and words:
+        digest_of = blake2b(memoryview(rebuilt if inside else data)[lo:hi], digest_size=16).digest()
+    if ignore_decoration and words:
+        keep = keep[:words]
+        if undecided:
+            _settle_undecided(data, starts, ends, keep, found[:undecided])
+            candidates = _kernels.leading_candidates(buf, starts, ends, keep, found)
+        if candidates:
+            _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
+        if undecided or candidates or dropped:
+            kept = int(np.count_nonzero(keep))
+            if 0 < kept < words:  # (a text of decoration only keeps every word)
+                starts, ends = starts[keep], ends[keep]
+    n = len(starts)
+    if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
+        return None
+    out = np.empty(n, dtype=np.uint32)
+    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], digest_of
+
+
+
+
 def _run(
     texts: Sequence[str],
     ngram: int,
@@ -834,7 +1009,15 @@ def _run(
 ) -> list[np.ndarray]:
     _check_ngram(ngram)
     check_rules(ignore_decoration, short_tokens)
-    if len(texts) == 1 and type(texts[0]) is str:
+    if len(texts) == 1 and type(texts[0]) is str and compiled.COMPILED:
+        form = texts[0] if canonicalized else token_form(texts[0])
+        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digests is not None and shaped is form)
+        if found is not None:
+            if digests is not None:
+                digests.append(found[1] if shaped is form else _compiled_form_digests([form])[0])
+            return [found[0]]
+    elif len(texts) == 1 and type(texts[0]) is str:
         # One text: the bulk path's fixed cost (~100 small numpy calls) would be most of its cost.
         form = texts[0] if canonicalized else token_form(texts[0])
         one = _hash_one(shingle_form(form, ignore_decoration=ignore_decoration), ngram, ignore_decoration, short_tokens)
@@ -844,6 +1027,7 @@ def _run(
             return [one]
     forms: list[str] = []
     reshaped: list[int] = []  # texts whose shingle form is not their token form
+    token_forms: list[str] = []  # theirs
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
@@ -851,6 +1035,7 @@ def _run(
         shaped = shingle_form(form, ignore_decoration=ignore_decoration)
         if shaped is not form:
             reshaped.append(i)
+            token_forms.append(form)
         forms.append(shaped)
     out: list[np.ndarray] = []
     piece: list[str] = []
@@ -863,9 +1048,10 @@ def _run(
             piece, size = [], 0
     if piece:
         out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
-    if digests is not None:
-        for i in reshaped:
-            digests[len(digests) - len(texts) + i] = canonical_digest(texts[i])
+    if digests is not None and reshaped:
+        found = _compiled_form_digests(token_forms) if compiled.COMPILED else [canonical_digest(texts[i]) for i in reshaped]
+        for i, digest in zip(reshaped, found):
+            digests[len(digests) - len(texts) + i] = digest
     return out
 
 

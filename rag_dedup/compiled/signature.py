@@ -1,0 +1,93 @@
+"""Compiled MinHash signatures and LSH band keys: the values of :mod:`rag_dedup.minhash` and
+:func:`rag_dedup.lsh.band_keys`, value for value, without the ``(num_perm, shingles)`` temporaries.
+
+The rules live in those modules (their numpy code is the reference, and the test suite holds these
+kernels equal to it); the kernels only compute them in one pass:
+
+* :func:`signatures`: for each set, ``sig_k = min_x (a_k · fmix32(x) + b_k mod 2^32)`` (datasketch's
+  ``affine32``), shingle by shingle with the ``num_perm`` permutations as the inner loop, which the
+  compiler vectorises (a multiply, an add and a minimum per lane). The arithmetic is done in ``uint64``
+  and masked to 32 bits, which is exactly the ``mod 2^32`` of the ``uint32`` reference. (No Mersenne
+  reduction is involved: that is datasketch's ``legacy`` scheme, not ``affine32``.)
+* :func:`band_keys`: ``fmix64(Σ_j sig_j · K_j + band mod 2^64)`` per band of ``r`` rows.
+
+Every integer in these bodies is a ``uint64`` (numba turns ``uint64`` mixed with a plain ``int`` into a
+float), so the constants below are typed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rag_dedup.compiled import kernel
+
+__all__ = ["band_keys", "signatures"]
+
+_M32 = np.uint64(0xFFFFFFFF)
+_EMPTY = np.uint32(0xFFFFFFFF)
+_S16 = np.uint64(16)
+_S13 = np.uint64(13)
+_S33 = np.uint64(33)
+_F32_K1 = np.uint64(0x85EBCA6B)
+_F32_K2 = np.uint64(0xC2B2AE35)
+_F64_K1 = np.uint64(0xFF51AFD7ED558CCD)
+_F64_K2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@kernel
+def fmix32(h: np.uint64) -> np.uint64:
+    """MurmurHash3's 32-bit finaliser of the low 32 bits of ``h`` (returned in a uint64)."""
+    h = h & _M32
+    h ^= h >> _S16
+    h = (h * _F32_K1) & _M32
+    h ^= h >> _S13
+    h = (h * _F32_K2) & _M32
+    h ^= h >> _S16
+    return h
+
+
+@kernel
+def fmix64(x: np.uint64) -> np.uint64:
+    """MurmurHash3's 64-bit finaliser (uint64 arithmetic wraps modulo 2^64)."""
+    x ^= x >> _S33
+    x *= _F64_K1
+    x ^= x >> _S33
+    x *= _F64_K2
+    x ^= x >> _S33
+    return x
+
+
+@kernel
+def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """Write to ``out`` the ``(len(offsets) - 1, len(a))`` uint32 signatures of the sets
+    ``values[offsets[i]:offsets[i + 1]]`` (an array returned from a kernel costs microseconds to box).
+
+    ``values`` are uint32 shingle hashes, ``a`` and ``b`` the uint32 permutation parameters; an empty
+    set's row is all ``0xFFFFFFFF`` (:data:`rag_dedup.minhash.EMPTY_VALUE`).
+    """
+    n = offsets.shape[0] - 1
+    num_perm = a.shape[0]
+    best = np.empty(num_perm, dtype=np.uint32)
+    for i in range(n):
+        best[:] = _EMPTY
+        for j in range(offsets[i], offsets[i + 1]):
+            h = np.uint32(fmix32(np.uint64(values[j])))
+            for k in range(num_perm):
+                # Truncated to 32 bits (the mod 2^32), so the compiler multiplies in 32-bit lanes.
+                v = np.uint32(a[k] * h + b[k])
+                if v < best[k]:
+                    best[k] = v
+        out[i] = best
+
+
+@kernel
+def band_keys(sigs: np.ndarray, multipliers: np.ndarray, b: int, r: int, out: np.ndarray) -> None:
+    """Write to ``out`` the ``(n, b)`` uint64 band keys of ``(n, >= b·r)`` uint32 signatures (see
+    :func:`rag_dedup.lsh.band_keys`)."""
+    n = sigs.shape[0]
+    for i in range(n):
+        for band in range(b):
+            acc = np.uint64(band)
+            for j in range(band * r, band * r + r):
+                acc += np.uint64(sigs[i, j]) * multipliers[j]
+            out[i, band] = fmix64(acc)
