@@ -292,8 +292,9 @@ class Collapser:
     ) -> tuple[list[int], dict[int, list[tuple[int, str, float | None]]], list[str | None]]:
         """:meth:`collapse_columns`' decision in the core's column form, for adapters that carry it onto
         their own objects without the :class:`Kept` and :class:`Fold` tuples: ``(kept, folds, current)``,
-        the kept positions in input order (``Kept.position``), the folds of each kept position that has
-        any (``Kept.folded``, by position; a kept position absent from ``folds`` folded nothing), each
+        the kept positions in input order (``Kept.position``), the folds of each keeper that has any
+        (``Kept.folded``, by position: read it by the kept positions, a kept position absent from it folded
+        nothing; it may also hold keepers cut by ``top_n``), each
         ``(position, reason, similarity)`` with the similarity *unrounded* (``Fold.similarity`` is
         ``round(similarity, 4)``; ``None``: not computed), and each input position's current cluster
         (``Kept.cluster``). The same checks and errors as :meth:`collapse_columns`.
