@@ -50,6 +50,7 @@ of the ``top_n`` places (it is returned only before the last passage that does).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import eq
 from typing import NamedTuple
 
 import numpy as np
@@ -358,7 +359,10 @@ class Collapser:
         :class:`Fold` shows it rounded to 4 places), and each position's current cluster (``None`` for
         the passages without text)."""
         n = len(keys)
-        texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
+        if None not in texts_in and all(texts_in) and not any(map(str.isspace, texts_in)):  # none blank
+            texts: list[str | None] = list(texts_in)
+        else:
+            texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
         if None in texts:  # some pass through (no text, or blank): the others are read by their rows
             text_pos = [i for i, t in enumerate(texts) if t is not None]
             present: list[str] = [texts[i] for i in text_pos]  # type: ignore[misc]
@@ -377,8 +381,11 @@ class Collapser:
 
         rows = len(text_pos)
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
-        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
-        nan_last = len(order) < rows
+        if all(map(eq, scores, scores)):  # no NaN (NaN != NaN; None == None)
+            order, nan_last = list(text_pos), False
+        else:
+            order = [i for i in text_pos if scores[i] == scores[i]]
+            nan_last = len(order) < rows
         if nan_last:
             order += [i for i in text_pos if scores[i] != scores[i]]
         # Texts are compared unless every clustered passage is trusted and none lacks a cluster.
