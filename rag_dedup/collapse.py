@@ -135,7 +135,7 @@ class Kept(NamedTuple):
 
 
 #: A fold in the core's internal column form: ``(position, reason, similarity)``, the similarity unrounded
-#: (``None``: not computed). :class:`Fold` is its public form (:func:`_fold`).
+#: (``None``: not computed). :class:`Fold` is its public form (:func:`_folds`).
 _RawFold = tuple[int, str, "float | None"]
 
 
@@ -278,7 +278,7 @@ class Collapser:
         kept, folds, current = self.decide_columns(keys, texts, scores, clusters, top_n, sources)
         new, empty = tuple.__new__, ()
         return [
-            new(Kept, (i, tuple([_fold(f, keys, scores, sources) for f in folds[i]]) if i in folds else empty, scores[i], current[i], None, None, None))
+            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], current[i], None, None, None))
             for i in kept
         ]
 
@@ -328,7 +328,7 @@ class Collapser:
             groups = []
             for i in kept_pos:
                 group = _Group(i, scores[i], clusters[i])
-                group.folded = [_fold(f, keys, scores, sources) for f in folds.get(i, ())]
+                group.folded = list(_folds(folds.get(i, []), keys, scores, sources))
                 groups.append(group)
             kept = _merge_overlaps(groups, passages)  # type: ignore[arg-type]
             texts = [t if t and not t.isspace() else None for t in texts_in]
@@ -337,7 +337,7 @@ class Collapser:
             return kept if top_n is None else _first(kept, texts_in, top_n)
         new, empty = tuple.__new__, ()
         return [
-            new(Kept, (i, tuple([_fold(f, keys, scores, sources) for f in folds[i]]) if i in folds else empty, scores[i], clusters[i], None, None, None))
+            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], clusters[i], None, None, None))
             for i in kept_pos
         ]
 
@@ -538,10 +538,14 @@ def is_blank(text: str) -> bool:
     return not text or text.isspace()  # `not text.strip()`, without a copy
 
 
-def _fold(raw: _RawFold, keys: Sequence[str], scores: Sequence[float | None], sources: Sequence[str | None] | None) -> Fold:
-    """The :class:`Fold` of a :data:`_RawFold` (the similarity rounded to 4 places)."""
-    i, reason, s = raw
-    return tuple.__new__(Fold, (i, keys[i], sources[i] if sources else None, scores[i], reason, None if s is None else round(s, 4)))
+def _folds(
+    raw: list[_RawFold], keys: Sequence[str], scores: Sequence[float | None], sources: Sequence[str | None] | None
+) -> tuple[Fold, ...]:
+    """The :class:`Fold` of each :data:`_RawFold` of one keeper (the similarity rounded to 4 places)."""
+    new = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
+    if sources:
+        return tuple([new(Fold, (i, keys[i], sources[i], scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
+    return tuple([new(Fold, (i, keys[i], None, scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
 
 
 def _first_positions(kept: list[int], texts: Sequence[str | None], n: int) -> list[int]:
