@@ -20,6 +20,10 @@ __all__ = ["shallow_copy"]
 _Model = TypeVar("_Model", bound=BaseModel)
 _new = object.__new__  # BaseModel has no __new__ of its own
 _set_attr = object.__setattr__
+# BaseModel's own slots, written by their descriptors (object.__setattr__ looks each one up first).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
@@ -33,8 +37,8 @@ def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
     state.update(update)
     _set_attr(new, "__dict__", state)
     extra = model.__pydantic_extra__
-    _set_attr(new, "__pydantic_extra__", None if extra is None else dict(extra))
-    _set_attr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    _set_extra(new, None if extra is None else dict(extra))
+    _set_fields_set(new, model.__pydantic_fields_set__ | update.keys())
     private = model.__pydantic_private__
-    _set_attr(new, "__pydantic_private__", None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
+    _set_private(new, None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
     return new

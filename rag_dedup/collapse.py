@@ -50,6 +50,7 @@ of the ``top_n`` places (it is returned only before the last passage that does).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import eq
 from typing import NamedTuple
 
 import numpy as np
@@ -131,6 +132,11 @@ class Kept(NamedTuple):
     text: str | None = None
     start: int | None = None
     end: int | None = None
+
+
+#: A fold in the core's internal column form: ``(position, reason, similarity)``, the similarity unrounded
+#: (``None``: not computed). :class:`Fold` is its public form (:func:`_folds`).
+_RawFold = tuple[int, str, "float | None"]
 
 
 class _Group:
@@ -269,6 +275,31 @@ class Collapser:
                 passages' documents and spans: use :meth:`collapse`).
             InvalidTextError: A text holds a lone surrogate (:mod:`rag_dedup.surrogates`).
         """
+        kept, folds, current = self.decide_columns(keys, texts, scores, clusters, top_n, sources)
+        new, empty = tuple.__new__, ()
+        return [
+            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], current[i], None, None, None))
+            for i in kept
+        ]
+
+    def decide_columns(
+        self,
+        keys: Sequence[str],
+        texts: Sequence[str | None],
+        scores: Sequence[float | None],
+        clusters: Sequence[str | None],
+        top_n: int | None = None,
+        sources: Sequence[str | None] | None = None,
+    ) -> tuple[list[int], dict[int, list[tuple[int, str, float | None]]], list[str | None]]:
+        """:meth:`collapse_columns`' decision in the core's column form, for adapters that carry it onto
+        their own objects without the :class:`Kept` and :class:`Fold` tuples: ``(kept, folds, current)``,
+        the kept positions in input order (``Kept.position``), the folds of each keeper that has any
+        (``Kept.folded``, by position: read it by the kept positions, a kept position absent from it folded
+        nothing; it may also hold keepers cut by ``top_n``), each
+        ``(position, reason, similarity)`` with the similarity *unrounded* (``Fold.similarity`` is
+        ``round(similarity, 4)``; ``None``: not computed), and each input position's current cluster
+        (``Kept.cluster``). The same checks and errors as :meth:`collapse_columns`.
+        """
         check_top(top_n, "top_n", optional=True)
         if not len(keys) == len(texts) == len(scores) == len(clusters) == len(keys if sources is None else sources):
             raise ValueError(
@@ -278,8 +309,8 @@ class Collapser:
         if self.merge_overlaps:
             raise ValueError("merge_overlaps needs each passage's document and span: call collapse(passages)")
         if not keys:
-            return []
-        return self._collapse(keys, texts, scores, clusters, sources, None, top_n)
+            return [], {}, []
+        return self._decide(keys, texts, scores, clusters, top_n)
 
     def _collapse(
         self,
@@ -291,8 +322,47 @@ class Collapser:
         passages: Sequence[Passage] | None,
         top_n: int | None,
     ) -> list[Kept]:
+        merging = self.merge_overlaps and passages is not None
+        kept_pos, folds, clusters = self._decide(keys, texts_in, scores, stamps, top_n, merging)
+        if merging:
+            groups = []
+            for i in kept_pos:
+                group = _Group(i, scores[i], clusters[i])
+                group.folded = list(_folds(folds.get(i, []), keys, scores, sources))
+                groups.append(group)
+            kept = _merge_overlaps(groups, passages)  # type: ignore[arg-type]
+            texts = [t if t and not t.isspace() else None for t in texts_in]
+            kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
+            kept.sort(key=lambda k: k.position)
+            return kept if top_n is None else _first(kept, texts_in, top_n)
+        new, empty = tuple.__new__, ()
+        return [
+            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], clusters[i], None, None, None))
+            for i in kept_pos
+        ]
+
+    def _decide(
+        self,
+        keys: Sequence[str],
+        texts_in: Sequence[str | None],
+        scores: Sequence[float | None],
+        stamps: Sequence[str | None],
+        top_n: int | None,
+        merging: bool = False,
+    ) -> tuple[list[int], dict[int, list[_RawFold]], list[str | None]]:
+        """The decision in its internal column form, for :meth:`collapse_columns` and the adapters:
+        ``(kept, folds, clusters)``: the kept positions in input order (the passages without text
+        included, cut after the ``top_n``-th that carries evidence; ``merging``: only those with text, uncut,
+        for :func:`_merge_overlaps`), the
+        folds of each keeper that has any (by position, in the order folded) as :data:`_RawFold`
+        ``(position, reason, similarity)`` with the similarity *unrounded* (``None``: not computed;
+        :class:`Fold` shows it rounded to 4 places), and each position's current cluster (``None`` for
+        the passages without text)."""
         n = len(keys)
-        texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
+        if None not in texts_in and all(texts_in) and not any(map(str.isspace, texts_in)):  # none blank
+            texts: list[str | None] = list(texts_in)
+        else:
+            texts = [t if t and not t.isspace() else None for t in texts_in]  # is_blank, inlined
         if None in texts:  # some pass through (no text, or blank): the others are read by their rows
             text_pos = [i for i, t in enumerate(texts) if t is not None]
             present: list[str] = [texts[i] for i in text_pos]  # type: ignore[misc]
@@ -311,51 +381,42 @@ class Collapser:
 
         rows = len(text_pos)
         # A passage with a NaN score is placed last: it never keeps a copy that has a score out.
-        order = [i for i in text_pos if scores[i] == scores[i]]  # NaN != NaN (None == None)
-        nan_last = len(order) < rows
+        if all(map(eq, scores, scores)):  # no NaN (NaN != NaN; None == None)
+            order, nan_last = list(text_pos), False
+        else:
+            order = [i for i in text_pos if scores[i] == scores[i]]
+            nan_last = len(order) < rows
         if nan_last:
             order += [i for i in text_pos if scores[i] != scores[i]]
         # Texts are compared unless every clustered passage is trusted and none lacks a cluster.
         compare = rows > 1 and (not self.trust_clusters or None in clusters)
         if compiled.COMPILED and compare and rows <= 64:  # (without comparing, the Python pass is cheaper)
-            kept_pos, folds = self._greedy_compiled(keys, present, scores, clusters, sources, text_pos, order, compare)
+            kept_pos, folds = self._greedy_compiled(present, clusters, text_pos, order, compare)
         else:
-            kept_pos, folds = self._greedy(keys, present, scores, clusters, sources, text_pos, order, compare)
+            kept_pos, folds = self._greedy(present, clusters, text_pos, order, compare)
 
         if nan_last:  # back to input order
             kept_pos.sort()
-        if self.merge_overlaps and passages is not None:
-            groups = []
-            for i in kept_pos:
-                group = _Group(i, scores[i], clusters[i])
-                group.folded = folds.get(i, [])
-                groups.append(group)
-            kept = _merge_overlaps(groups, passages)
-        else:
-            new, empty = tuple.__new__, ()
-            kept = [
-                new(Kept, (i, tuple(folds[i]) if i in folds else empty, scores[i], clusters[i], None, None, None))
-                for i in kept_pos
-            ]
+        if merging:
+            return kept_pos, folds, clusters
         if rows < n:
-            kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
-            kept.sort(key=lambda k: k.position)
-        return kept if top_n is None else _first(kept, texts_in, top_n)
+            kept_pos.extend(i for i, t in enumerate(texts) if t is None)
+            kept_pos.sort()
+        if top_n is not None:
+            kept_pos = _first_positions(kept_pos, texts_in, top_n)
+        return kept_pos, folds, clusters
 
     def _greedy(
         self,
-        keys: Sequence[str],
         present: list[str],
-        scores: Sequence[float | None],
         clusters: Sequence[str | None],
-        sources: Sequence[str | None] | None,
         text_pos: list[int],
         order: list[int],
         compare: bool,
-    ) -> tuple[list[int], dict[int, list[Fold]]]:
+    ) -> tuple[list[int], dict[int, list[_RawFold]]]:
         """The greedy pass (the reference): the kept positions in the order kept, and the folds of each
-        keeper (by position) in the order folded. ``present`` are the texts of the positions ``text_pos``,
-        read in ``order``."""
+        keeper (by position) in the order folded (:data:`_RawFold`). ``present`` are the texts of the
+        positions ``text_pos``, read in ``order``."""
         trust = self.trust_clusters
         rows = len(text_pos)
         sim: np.ndarray | None = None
@@ -371,15 +432,14 @@ class Collapser:
                 np.greater_equal(sim, self.floor, out=levels[rows:])
                 near = _row_masks(levels)
                 close = near[rows:]
-        slot = text_pos if rows == len(keys) else {i: a for a, i in enumerate(text_pos)}  # position -> row in `sim`
+        slot = text_pos if rows == len(clusters) else {i: a for a, i in enumerate(text_pos)}  # position -> row in `sim`
         # The kept passages with text (positions), and the folds of each, made when it gets its first.
         kept_pos: list[int] = []
-        folds: dict[int, list[Fold]] = {}
+        folds: dict[int, list[_RawFold]] = {}
         by_cluster: dict[str, int] = {}  # trusted: the first kept passage of each cluster
         cluster_rows: dict[str, int] = {}  # checked: bits: rows of the kept passages of each cluster
         kept_rows = 0  # bits: rows of the kept passages
         kept_free = 0  # bits: rows of the kept passages without a cluster
-        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
         for i in order:
             cluster = clusters[i]
             target = -1
@@ -399,7 +459,7 @@ class Collapser:
                         reason = "cluster"
                     else:
                         reason = "exact" if s >= 1.0 else "near"
-                    similarity = round(s, 4)
+                    similarity = s
             if target < 0:
                 kept_pos.append(i)
                 if cluster is not None:
@@ -412,7 +472,7 @@ class Collapser:
                     elif not trust:
                         cluster_rows[cluster] = cluster_rows.get(cluster, 0) | bit
             else:
-                entry = fold(Fold, (i, keys[i], sources[i] if sources else None, scores[i], reason, similarity))
+                entry = (i, reason, similarity)
                 if target in folds:
                     folds[target].append(entry)
                 else:
@@ -421,15 +481,12 @@ class Collapser:
 
     def _greedy_compiled(
         self,
-        keys: Sequence[str],
         present: list[str],
-        scores: Sequence[float | None],
         clusters: Sequence[str | None],
-        sources: Sequence[str | None] | None,
         text_pos: list[int],
         order: list[int],
         compare: bool,
-    ) -> tuple[list[int], dict[int, list[Fold]]]:
+    ) -> tuple[list[int], dict[int, list[_RawFold]]]:
         """:meth:`_greedy` by the compiled kernel (:func:`rag_dedup.compiled.collapse.collapse_rows`), the
         same decisions, for up to 64 passages with text."""
         rows = len(text_pos)
@@ -437,7 +494,7 @@ class Collapser:
             values, counts = self.similarity.sets(present, self.ngram, self.cache_size)
         else:
             values, counts = _NO_VALUES, np.zeros(rows, dtype=np.int64)
-        if rows == len(keys):
+        if rows == len(clusters):
             row_clusters: Sequence[str | None] = clusters
             order_rows = order
         else:
@@ -458,20 +515,16 @@ class Collapser:
         )
         targets = target.tolist()
         kept_pos = [text_pos[a] for a in order_rows if targets[a] < 0]
-        folds: dict[int, list[Fold]] = {}
+        folds: dict[int, list[_RawFold]] = {}
         if len(kept_pos) == rows:
             return kept_pos, folds
-        fold = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
         similarities, reasons = similarity.tolist(), reason.tolist()
         for a in order_rows:
             b = targets[a]
             if b < 0:
                 continue
-            i = text_pos[a]
             s = similarities[a]
-            entry = fold(
-                Fold, (i, keys[i], sources[i] if sources else None, scores[i], REASONS[reasons[a]], None if s != s else round(s, 4))
-            )
+            entry = (text_pos[a], REASONS[reasons[a]], None if s != s else s)
             j = text_pos[b]
             if j in folds:
                 folds[j].append(entry)
@@ -483,6 +536,27 @@ class Collapser:
 def is_blank(text: str) -> bool:
     """Whether ``text`` carries no evidence: empty or whitespace only."""
     return not text or text.isspace()  # `not text.strip()`, without a copy
+
+
+def _folds(
+    raw: list[_RawFold], keys: Sequence[str], scores: Sequence[float | None], sources: Sequence[str | None] | None
+) -> tuple[Fold, ...]:
+    """The :class:`Fold` of each :data:`_RawFold` of one keeper (the similarity rounded to 4 places)."""
+    new = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
+    if sources:
+        return tuple([new(Fold, (i, keys[i], sources[i], scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
+    return tuple([new(Fold, (i, keys[i], None, scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
+
+
+def _first_positions(kept: list[int], texts: Sequence[str | None], n: int) -> list[int]:
+    """The kept positions up to the ``n``-th that carries evidence (a blank text carries none)."""
+    for at, i in enumerate(kept):
+        text = texts[i]
+        if text is None or not is_blank(text):
+            n -= 1
+            if n == 0:
+                return kept[: at + 1]
+    return kept
 
 
 def _first(kept: list[Kept], texts: Sequence[str | None], n: int) -> list[Kept]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import functools
+from itertools import repeat
 import re
 from hashlib import blake2b
 from typing import Literal
@@ -1081,7 +1082,7 @@ def shingle_stream(
     """
     _check_ngram(ngram)
     check_rules(ignore_decoration, short_tokens)
-    if not all(isinstance(text, str) for text in texts):
+    if not all(map(isinstance, texts, repeat(str))):
         i, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
         raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
     if texts and sum(map(len, texts)) + len(texts) < _PIECE_BYTES:
@@ -1165,11 +1166,12 @@ def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, sho
     if ignore_decoration and b"https://" in data:  # the ASCII texts' https, found only once lower-cased
         forms = [shingle_form(t.lower()) if t.isascii() else f for t, f in zip(texts, forms)]
         data = "\n".join([" ", *forms, _LOAD_PAD]).encode("utf-8")
-    if len(data) == sum(map(len, forms)) + n + 1 + len(_LOAD_PAD):  # all ASCII: bytes == chars
-        sizes_of = map(len, forms)
-    else:
-        sizes_of = (len(f) if f.isascii() else len(f.encode("utf-8")) for f in forms)
-    lengths = np.fromiter(sizes_of, dtype=np.int64, count=n)
+    sizes = list(map(len, forms))
+    if len(data) != sum(sizes) + n + 1 + len(_LOAD_PAD):  # not all ASCII: bytes != chars for some
+        for j, f in enumerate(forms):
+            if not f.isascii():  # O(1) in CPython
+                sizes[j] = len(f.encode("utf-8"))
+    lengths = np.fromiter(sizes, dtype=np.int64, count=n)
     if compiled.COMPILED:
         return _stream_compiled(data, lengths, ngram, ignore_decoration, short_tokens)
     # Whitespace as in _words (9-13 and 28-32), by unsigned wrap-around: b - 9 < 5 or b - 28 < 5. The

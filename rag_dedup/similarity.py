@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from operator import is_
 from collections.abc import Container, Sequence
 
 import numpy as np
@@ -533,7 +534,10 @@ class TextSimilarity:
         k = len(texts)
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
-            fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
+            if all(map(is_, known, itertools.repeat(None))):  # none remembered (a cold query): no pairing with the entries
+                fresh = list(dict.fromkeys(texts))
+            else:
+                fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
             streamed = shingle_stream(fresh, ngram)
             hashes, counts = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
             if capacity:

@@ -320,3 +320,37 @@ def test_a_lone_surrogate_is_refused_naming_the_passage_whatever_was_remembered(
     for trust in (False, True):
         with pytest.raises(InvalidTextError, match="the text of passage 'bad'"):
             Collapser(trust_clusters=trust, similarity=collapser.similarity).collapse([*valid, bad])
+
+
+def test_decide_columns_is_collapse_columns_in_column_form_on_real_top_30s(kernels):
+    """The adapters' column form (kept positions, unrounded raw folds, clusters) carries the decision of
+    collapse_columns exactly: the same positions, folds, reasons, rounded similarities and clusters, with
+    passages without text or with blank text among them, and with a top_n cut."""
+    tops = _top30s()
+    folded = 0
+    for trust in (False, True):
+        collapser = Collapser(trust_clusters=trust)
+        for passages in tops:
+            keys = [p.key for p in passages]
+            texts: list[str | None] = [p.text for p in passages]
+            texts[3], texts[7] = None, "  "  # an image and a blank passage
+            scores = [p.score for p in passages]
+            stamps = [p.cluster for p in passages]
+            sources = [f"doc-{k}" for k in keys]
+            for top_n in (None, 10):
+                kept, folds, current = collapser.decide_columns(keys, texts, scores, stamps, top_n, sources)
+                expected = collapser.collapse_columns(keys, texts, scores, stamps, top_n, sources)
+                assert kept == [k.position for k in expected]
+                assert all(folds.values()) and (top_n is not None or set(folds) <= set(kept))
+                for k in expected:
+                    assert current[k.position] == k.cluster
+                    raw = folds.get(k.position, [])
+                    assert [(f.position, f.reason, f.similarity) for f in k.folded] == [
+                        (i, reason, None if s is None else round(s, 4)) for i, reason, s in raw
+                    ]
+                    assert [(f.key, f.ref_doc_id, f.score) for f in k.folded] == [(keys[i], sources[i], scores[i]) for i, _, _ in raw]
+                    folded += len(raw)
+    assert folded > 0
+    assert Collapser().decide_columns([], [], [], []) == ([], {}, [])
+    with pytest.raises(ValueError, match="one entry per passage"):
+        Collapser().decide_columns(["a", "b"], ["x"], [1.0], [None])

@@ -248,6 +248,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
                 scores.append(nws.score)
                 cluster = node.metadata.get(DEDUP_CLUSTER)  # read_cluster, inlined
                 stamps.append(cluster if isinstance(cluster, str) else None)
+            if self.show != "representative":  # the core's column form: no Kept or Fold tuples
+                return _carried(nodes, *collapser.decide_columns(keys, texts, scores, stamps, top_n)[:2])
             decision = collapser.collapse_columns(keys, texts, scores, stamps, top_n)
         show_representative = self.show == "representative"
         out: list[NodeWithScore] = []
@@ -297,6 +299,32 @@ class DedupPostprocessor(BaseNodePostprocessor):
         folded = [e for e in folded if e["node_id"] != rep_node.node_id]
         folded.insert(0, collapsed_entry(shown.node, shown.score, "cluster", None))
         return NodeWithScore(node=rep_node, score=kept.score), folded
+
+
+def _carried(
+    nodes: Sequence[NodeWithScore], kept: list[int], folds: dict[int, list[tuple[int, str, float | None]]]
+) -> list[NodeWithScore]:
+    """The core's decision (:meth:`~rag_dedup.collapse.Collapser.decide_columns`) carried onto the nodes,
+    for ``show="best"`` without merging: the caller's node where nothing was folded in, else an
+    :func:`_annotated` copy with the folded nodes' entries (and the entries they carried) appended to its
+    own, the entries :meth:`DedupPostprocessor.collapse` writes on every path."""
+    out: list[NodeWithScore] = []
+    for position in kept:
+        nws = nodes[position]
+        raw = folds.get(position)
+        if raw is None:
+            out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
+            continue
+        node = nws.node
+        folded = [] if DEDUP_COLLAPSED not in node.metadata else _entries(node)
+        for i, reason, similarity in raw:
+            other = nodes[i]
+            node = other.node
+            folded.append(collapsed_entry(node, other.score, reason, None if similarity is None else round(similarity, 4)))
+            if DEDUP_COLLAPSED in node.metadata:  # _entries, only where an earlier pass wrote
+                folded.extend(_entries(node))
+        out.append(_annotated(nws, folded, nws.score, {}))
+    return out
 
 
 def _passage_with_span(nws: NodeWithScore) -> Passage:
