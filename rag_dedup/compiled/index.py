@@ -95,7 +95,7 @@ def band_lookup(
 
     ``level_keys[2 r]`` and ``level_keys[2 r + 1]`` are the sorted keys of run ``r``'s main and young
     levels (run ``r`` holds the keys whose top four bits are ``r``), ``level_gids`` their group ids
-    (numba typed lists); ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
+    (tuples of 32 arrays: uint64 keys, int32 ids); ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
     clear is in no run and is not searched. Returns ``(index into keys, group id)`` of every entry
     found, int64, key by key, main level first, each level in its order (what the reference loop of
     ``BandTable._query_small`` finds).

@@ -73,6 +73,14 @@ class _Run:
         return np.concatenate(idx_parts), np.concatenate(gid_parts)
 
 
+def _kernel_array(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+    """``values`` as the compiled kernels take it: C-contiguous and writeable, of ``dtype`` (no copy when it
+    already is; a read-only array, as loaded from a save, is copied)."""
+    if values.dtype == dtype and values.flags.c_contiguous and values.flags.writeable:
+        return values
+    return np.array(values, dtype=dtype, order="C")
+
+
 class BandTable:
     """LSH buckets as sorted arrays: band key (uint64) → group id, with a small write buffer.
 
@@ -114,27 +122,31 @@ class BandTable:
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
         self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
-        # The runs' levels as numba typed lists, for band_lookup (built when first asked, dropped when
-        # the runs change; they hold the same arrays, not copies).
-        self._typed: tuple[Any, Any] | None = None
+        # The runs' levels as the two tuples band_lookup takes (built when first asked, dropped when the
+        # runs change; they hold the same arrays, not copies).
+        self._typed: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_typed"] = None  # numba's typed lists are rebuilt, not copied or pickled
+        state["_typed"] = None  # rebuilt when first asked, not copied or pickled
         return state
 
-    def _levels(self) -> tuple[Any, Any]:
+    def _levels(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         """The keys and the group ids of every run's main and young levels (run r at 2r and 2r + 1), as
-        the numba typed lists :func:`~rag_dedup.compiled.index.band_lookup` takes."""
-        if self._typed is None:
-            from numba import typed
+        the two tuples of 32 arrays :func:`~rag_dedup.compiled.index.band_lookup` takes.
 
-            keys, gids = typed.List(), typed.List()
+        Tuples of a fixed length (16 runs, two levels each) and one array type (C-contiguous, writeable
+        uint64 keys and int32 ids) give the kernel one signature, compiled once and cached on disk;
+        numba's typed lists would compile their own methods in every process (0.7 s on the first add()).
+        """
+        if self._typed is None:
+            keys: list[np.ndarray] = []
+            gids: list[np.ndarray] = []
             for run in self._runs:
                 for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
-                    keys.append(level_keys if level_keys.flags.writeable else level_keys.copy())
-                    gids.append(level_gids if level_gids.flags.writeable else level_gids.copy())
-            self._typed = (keys, gids)
+                    keys.append(_kernel_array(level_keys, np.uint64))
+                    gids.append(_kernel_array(level_gids, np.int32))
+            self._typed = (tuple(keys), tuple(gids))
         return self._typed
 
     def __len__(self) -> int:
