@@ -276,11 +276,7 @@ class Collapser:
             InvalidTextError: A text holds a lone surrogate (:mod:`rag_dedup.surrogates`).
         """
         kept, folds, current = self.decide_columns(keys, texts, scores, clusters, top_n, sources)
-        new, empty = tuple.__new__, ()
-        return [
-            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], current[i], None, None, None))
-            for i in kept
-        ]
+        return _kept_rows(kept, folds, keys, scores, sources, current)
 
     def decide_columns(
         self,
@@ -335,11 +331,7 @@ class Collapser:
             kept.extend(Kept(i, (), scores[i]) for i, t in enumerate(texts) if t is None)
             kept.sort(key=lambda k: k.position)
             return kept if top_n is None else _first(kept, texts_in, top_n)
-        new, empty = tuple.__new__, ()
-        return [
-            new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], clusters[i], None, None, None))
-            for i in kept_pos
-        ]
+        return _kept_rows(kept_pos, folds, keys, scores, sources, clusters)
 
     def _decide(
         self,
@@ -537,6 +529,23 @@ def is_blank(text: str) -> bool:
     """Whether ``text`` carries no evidence: empty or whitespace only."""
     return not text or text.isspace()  # `not text.strip()`, without a copy
 
+
+
+def _kept_rows(
+    kept: Sequence[int],
+    folds: dict[int, list[_RawFold]],
+    keys: Sequence[str],
+    scores: Sequence[float | None],
+    sources: Sequence[str | None] | None,
+    clusters: Sequence[str | None],
+) -> list[Kept]:
+    """The :class:`Kept` rows of the kept positions, each with its :class:`Fold` s (built with
+    ``tuple.__new__``: a NamedTuple's own constructor costs a Python call a row)."""
+    new, empty = tuple.__new__, ()
+    return [
+        new(Kept, (i, _folds(folds[i], keys, scores, sources) if i in folds else empty, scores[i], clusters[i], None, None, None))
+        for i in kept
+    ]
 
 def _folds(
     raw: list[_RawFold], keys: Sequence[str], scores: Sequence[float | None], sources: Sequence[str | None] | None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from rag_dedup.compiled import kernel
+from rag_dedup.compiled.signature import fmix64
 
 __all__ = ["REASONS", "collapse_rows", "pair_counts", "similarity_rows"]
 
@@ -254,22 +255,6 @@ def collapse_rows(
 
 # --- query-time shingling: shingles.shingle_stream's values, from the joined buffer ----------------------
 
-_FMIX_K1 = np.uint64(0xFF51AFD7ED558CCD)
-_FMIX_K2 = np.uint64(0xC4CEB9FE1A85EC53)
-
-
-@kernel
-def _fmix64(x: np.uint64) -> np.uint64:
-    """MurmurHash3's 64-bit finaliser (``shingles.fmix64`` of one value)."""
-    s = np.uint64(33)
-    x ^= x >> s
-    x *= _FMIX_K1
-    x ^= x >> s
-    x *= _FMIX_K2
-    x ^= x >> s
-    return x
-
-
 @kernel
 def _space(b: np.uint8) -> bool:
     """ASCII whitespace as ``str.split()`` has it: 9-13 and 28-32."""
@@ -392,7 +377,7 @@ def _word_hash(loads: np.ndarray, buf: np.ndarray, a: int, e: int, short_mark: n
             hi &= (np.uint64(1) << np.uint64(8 * (size - 8))) - np.uint64(1)
     if buf[e - 1] == 0:
         lo += np.uint64(size) * short_mark
-    h = _fmix64(_fmix64(lo) ^ hi)
+    h = fmix64(fmix64(lo) ^ hi)
     if size <= 16:
         return h
     # A longer word: the hash of its first 16 bytes, then each further 8 bytes, then its size.
@@ -400,8 +385,8 @@ def _word_hash(loads: np.ndarray, buf: np.ndarray, a: int, e: int, short_mark: n
         block = loads[off]
         if e - off < 8:
             block &= (np.uint64(1) << np.uint64(8 * (e - off))) - np.uint64(1)
-        h = _fmix64(h ^ block)
-    return _fmix64(h ^ np.uint64(size))
+        h = fmix64(h ^ block)
+    return fmix64(h ^ np.uint64(size))
 
 
 @kernel

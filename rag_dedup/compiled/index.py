@@ -34,6 +34,24 @@ __all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "
 
 
 @kernel
+def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
+    """How many values the sorted unique runs ``flat[i:end_i]`` and ``flat[j:end_j]`` share (a merge)."""
+    shared = 0
+    while i < end_i and j < end_j:
+        x = flat[i]
+        y = flat[j]
+        if x == y:
+            shared += 1
+            i += 1
+            j += 1
+        elif x < y:
+            i += 1
+        else:
+            j += 1
+    return shared
+
+
+@kernel
 def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``|S_i ∩ S_j|`` for each pair ``(i, j) = (left[k], right[k])``, set ``S_i`` being
     ``flat[bounds[i]:bounds[i + 1]]`` (sorted unique values; ``bounds`` int64, one more than the sets).
@@ -42,21 +60,7 @@ def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, r
     """
     out = np.zeros(len(left), dtype=np.int64)
     for k in range(len(left)):
-        i, end_i = bounds[left[k]], bounds[left[k] + 1]
-        j, end_j = bounds[right[k]], bounds[right[k] + 1]
-        shared = 0
-        while i < end_i and j < end_j:
-            x = flat[i]
-            y = flat[j]
-            if x == y:
-                shared += 1
-                i += 1
-                j += 1
-            elif x < y:
-                i += 1
-            else:
-                j += 1
-        out[k] = shared
+        out[k] = _shared(flat, bounds[left[k]], bounds[left[k] + 1], bounds[right[k]], bounds[right[k] + 1])
     return out
 
 
@@ -69,21 +73,7 @@ def intersection_matrix(flat: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     for a in range(n):
         out[a, a] = bounds[a + 1] - bounds[a]
         for b in range(a + 1, n):
-            i, end_i = bounds[a], bounds[a + 1]
-            j, end_j = bounds[b], bounds[b + 1]
-            shared = 0
-            while i < end_i and j < end_j:
-                x = flat[i]
-                y = flat[j]
-                if x == y:
-                    shared += 1
-                    i += 1
-                    j += 1
-                elif x < y:
-                    i += 1
-                else:
-                    j += 1
-            out[a, b] = out[b, a] = shared
+            out[a, b] = out[b, a] = _shared(flat, bounds[a], bounds[a + 1], bounds[b], bounds[b + 1])
     return out
 
 
