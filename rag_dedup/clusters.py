@@ -328,6 +328,17 @@ class _Dense:
         return out
 
 
+
+def _placed(rep_key: str, rep_group: int, cluster: Sequence[int], to_rep: Sequence[float], items: Mapping[int, list[Member]]) -> list[tuple[str, float]]:
+    """A cluster's members as it is stored: the representative first (1.0), then every other member by key,
+    with its group's similarity to the representative's group ``to_rep`` (1.0 inside that group)."""
+    placed = [(rep_key, 1.0)]
+    for key, sim in sorted((m.key, 1.0 if g == rep_group else sim) for g, sim in zip(cluster, to_rep) for m in items[g]):
+        if key != rep_key:
+            placed.append((key, sim))
+    return placed
+
+
 def _cluster_few(
     items: Mapping[int, list[Member]],
     group_of: Mapping[str, int],
@@ -362,11 +373,7 @@ def _cluster_few(
             rep = choose(policy, [m for g in eligible for m in items[g]])
         rep_group = group_of[rep.key]
         to_rep = to_center if rep_group == center else within(rep_group)
-        placed = [(rep.key, 1.0)]
-        for key, sim in sorted((m.key, 1.0 if g == rep_group else sim) for g, sim in zip(cluster, to_rep) for m in items[g]):
-            if key != rep.key:
-                placed.append((key, sim))
-        clusters.append((rep.key, placed))
+        clusters.append((rep.key, _placed(rep.key, rep_group, cluster, to_rep, items)))
         taken = set(cluster)
         remaining = [g for g in remaining if g not in taken]
     return clusters
@@ -460,13 +467,7 @@ def cluster_component(
             rep = choose(policy, [m for g in eligible for m in items[g]])
         rep_group = group_of[rep.key]
         to_rep = to_center[inside] if rep_group == center else within(rep_group)
-        placed = [(rep.key, 1.0)]
-        for g, s in sorted(
-            ((m.key, 1.0 if g == rep_group else float(s)) for g, s in zip(cluster, to_rep.tolist()) for m in items[g]),
-        ):
-            if g != rep.key:
-                placed.append((g, s))
-        clusters.append((rep.key, placed))
+        clusters.append((rep.key, _placed(rep.key, rep_group, cluster, to_rep.tolist(), items)))
         taken = set(cluster)
         remaining = [g for g in remaining if g not in taken]
     return clusters
