@@ -63,7 +63,7 @@ from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 from rag_dedup.surrogates import check_unicode
 
-__all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank"]
+__all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank", "rounded"]
 
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
 _NO_VALUES = np.empty(0, dtype=np.uint64)
@@ -550,11 +550,30 @@ def _kept_rows(
 def _folds(
     raw: list[_RawFold], keys: Sequence[str], scores: Sequence[float | None], sources: Sequence[str | None] | None
 ) -> tuple[Fold, ...]:
-    """The :class:`Fold` of each :data:`_RawFold` of one keeper (the similarity rounded to 4 places)."""
+    """The :class:`Fold` of each :data:`_RawFold` of one keeper (the similarity :func:`rounded`)."""
     new = tuple.__new__  # Fold(...), without the Python frame of a NamedTuple's __new__
     if sources:
-        return tuple([new(Fold, (i, keys[i], sources[i], scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
-    return tuple([new(Fold, (i, keys[i], None, scores[i], r, None if s is None else round(s, 4))) for i, r, s in raw])
+        return tuple([new(Fold, (i, keys[i], sources[i], scores[i], r, None if s is None else rounded(s))) for i, r, s in raw])
+    return tuple([new(Fold, (i, keys[i], None, scores[i], r, None if s is None else rounded(s))) for i, r, s in raw])
+
+
+# round(s, 4) of the similarities already rounded: a query's similarities are ratios of small integers,
+# so few distinct values recur, and Python's round(x, 4) (a correctly rounded decimal conversion) costs
+# six times a dict hit. Cleared when it reaches _ROUNDED_MAX entries.
+_ROUNDED: dict[float, float] = {}
+_ROUNDED_MAX = 1 << 16
+
+
+def rounded(similarity: float) -> float:
+    """``round(similarity, 4)``: the form :attr:`Fold.similarity` and the adapters' ``dedup_collapsed``
+    entries report a similarity in (the same float; remembered, since few distinct values recur).
+    Adapters in a hot loop read ``_ROUNDED.get(similarity)`` first and call this on a miss."""
+    value = _ROUNDED.get(similarity)
+    if value is None:
+        if len(_ROUNDED) >= _ROUNDED_MAX:
+            _ROUNDED.clear()
+        value = _ROUNDED[similarity] = round(similarity, 4)
+    return value
 
 
 def _first_positions(kept: list[int], texts: Sequence[str | None], n: int) -> list[int]:

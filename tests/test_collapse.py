@@ -354,3 +354,13 @@ def test_decide_columns_is_collapse_columns_in_column_form_on_real_top_30s(kerne
     assert Collapser().decide_columns([], [], [], []) == ([], {}, [])
     with pytest.raises(ValueError, match="one entry per passage"):
         Collapser().decide_columns(["a", "b"], ["x"], [1.0], [None])
+
+
+def test_rounded_is_round_to_4_places_before_and_after_it_is_remembered():
+    """collapse.rounded (round(s, 4), remembered) gives Python's round(s, 4) for every ratio of small
+    integers (the similarities a collapse reports), on a miss and on a hit."""
+    from rag_dedup.collapse import rounded
+
+    values = [i / j for j in range(1, 400) for i in range(0, j + 1)]
+    assert [rounded(v) for v in values] == [round(v, 4) for v in values]
+    assert [rounded(v) for v in values] == [round(v, 4) for v in values]  # now remembered

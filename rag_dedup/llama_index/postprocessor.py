@@ -41,10 +41,10 @@ from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, ImageNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from rag_dedup.collapse import Collapser, Kept, Passage
+from rag_dedup.collapse import _ROUNDED, Collapser, Kept, Passage, rounded
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index._nodes import private, shallow_copy
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
@@ -53,6 +53,9 @@ from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
 
 __all__ = ["DedupPostprocessor"]
+
+_SOURCE = NodeRelationship.SOURCE
+_OTHER = object()  # not a TextNode: collapsed_entry reads it
 
 def _text_of(node: BaseNode) -> str | None:
     """The text the core compares: a ``TextNode``'s text (blank included: it carries no evidence), else
@@ -307,20 +310,34 @@ def _carried(
     """The core's decision (:meth:`~rag_dedup.collapse.Collapser.decide_columns`) carried onto the nodes,
     for ``show="best"`` without merging: the caller's node where nothing was folded in, else an
     :func:`_annotated` copy with the folded nodes' entries (and the entries they carried) appended to its
-    own, the entries :meth:`DedupPostprocessor.collapse` writes on every path."""
+    own, the entries :meth:`DedupPostprocessor.collapse` writes on every path (similarities
+    :func:`~rag_dedup.collapse.rounded`, read from its memo first: this runs for every fold of every query)."""
     out: list[NodeWithScore] = []
+    memo = _ROUNDED
     for position in kept:
-        nws = nodes[position]
         raw = folds.get(position)
         if raw is None:
-            out.append(nws)  # nothing folded in (or nothing to compare): the caller's node, untouched
+            out.append(nodes[position])  # nothing folded in (or nothing to compare): the caller's node, untouched
             continue
+        nws = nodes[position]
         node = nws.node
         folded = [] if DEDUP_COLLAPSED not in node.metadata else _entries(node)
         for i, reason, similarity in raw:
             other = nodes[i]
             node = other.node
-            folded.append(collapsed_entry(node, other.score, reason, None if similarity is None else round(similarity, 4)))
+            if similarity is not None:
+                similarity = memo.get(similarity) or rounded(similarity)  # a memoised 0.0 is rounded again: 0.0
+            relation = node.relationships.get(_SOURCE) if type(node) is TextNode else _OTHER
+            if relation is None or type(relation) is RelatedNodeInfo:  # collapsed_entry and ref_doc_id, inlined
+                folded.append({
+                    "node_id": node.id_,
+                    "ref_doc_id": None if relation is None else relation.node_id,
+                    "score": other.score,
+                    "reason": reason,
+                    "similarity": similarity,
+                })
+            else:
+                folded.append(collapsed_entry(node, other.score, reason, similarity))
             if DEDUP_COLLAPSED in node.metadata:  # _entries, only where an earlier pass wrote
                 folded.extend(_entries(node))
         out.append(_annotated(nws, folded, nws.score, {}))

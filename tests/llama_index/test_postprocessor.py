@@ -781,3 +781,28 @@ def test_ref_doc_id_and_private_read_what_llama_index_and_pydantic_give(chunks):
     assert private(pp, "_made") is None is pp._made
     pp.collapse([NodeWithScore(node=chunks[3], score=1.0)])
     assert private(pp, "_made") is pp._made is not None
+
+
+def test_carried_entries_are_collapsed_entry_with_the_similarity_rounded(chunks):
+    """The entries the show="best" path writes (collapsed_entry, ref_doc_id and round(s, 4) inlined in
+    _carried) against collapsed_entry itself: a chunk with a SOURCE, a TextNode without one, a Document
+    (not a TextNode: collapsed_entry's own path), near (rounded) and exact similarities."""
+    from rag_dedup.llama_index.metadata import collapsed_entry
+
+    base = chunks[5]
+    nodes = [
+        NodeWithScore(node=base, score=3.0),
+        NodeWithScore(node=TextNode(text=base.text + " one more word", id_="plain"), score=2.0),
+        NodeWithScore(node=Document(text=base.text, id_="doc"), score=1.0),
+        NodeWithScore(node=base.model_copy(update={"id_": "copy"}), score=0.5),
+    ]
+    pp = DedupPostprocessor()
+    kept = pp.postprocess_nodes(nodes)
+    _, folds, _ = pp._collapser().decide_columns(
+        [n.node.node_id for n in nodes], [n.node.text for n in nodes], [n.score for n in nodes], [None] * 4
+    )
+    expected = [collapsed_entry(nodes[i].node, nodes[i].score, r, None if s is None else round(s, 4)) for i, r, s in folds[0]]
+    assert [n.node_id for n in kept] == [base.node_id] and len(expected) == 3
+    assert kept[0].node.metadata[DEDUP_COLLAPSED] == expected
+    assert [e["ref_doc_id"] for e in expected] == [None, None, base.ref_doc_id] and base.ref_doc_id is not None
+    assert 0.8 <= expected[0]["similarity"] < 1.0 and expected[0]["similarity"] == round(folds[0][0][2], 4)
