@@ -67,6 +67,9 @@ __all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank", "rounded"]
 
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
 _NO_VALUES = np.empty(0, dtype=np.uint64)
+_NO_COUNTS = np.empty(0, dtype=np.int64)
+_NO_SPANS = _NO_COUNTS  # collapse_rows: the sets lie end to end
+_ROWS = np.arange(64, dtype=np.int64)  # the rows in input order (a view of its first n)
 
 
 class Passage(NamedTuple):
@@ -351,6 +354,17 @@ class Collapser:
         :class:`Fold` shows it rounded to 4 places), and each position's current cluster (``None`` for
         the passages without text)."""
         n = len(keys)
+        if (
+            compiled.COMPILED
+            and 1 < n <= 64
+            and self.cache_size
+            and self.index is None
+            and not merging
+            and (not self.trust_clusters or None in stamps)
+        ):
+            decided = self._decide_remembered(texts_in, scores, stamps, top_n)
+            if decided is not None:
+                return decided
         if None not in texts_in and all(texts_in) and not any(map(str.isspace, texts_in)):  # none blank
             texts: list[str | None] = list(texts_in)
         else:
@@ -397,6 +411,59 @@ class Collapser:
         if top_n is not None:
             kept_pos = _first_positions(kept_pos, texts_in, top_n)
         return kept_pos, folds, clusters
+
+    def _decide_remembered(
+        self,
+        texts: Sequence[str | None],
+        scores: Sequence[float | None],
+        stamps: Sequence[str | None],
+        top_n: int | None,
+    ) -> tuple[list[int], dict[int, list[_RawFold]], list[str | None]] | None:
+        """:meth:`_decide` for a warm query, by the compiled kernel on the shingle cache's arena, or ``None``
+        where it does not apply: a text not remembered, or a NaN score (then :meth:`_decide` reads it).
+
+        Every text remembered settles what :meth:`_decide` checks one by one: none is ``None`` or blank
+        (a remembered set has a shingle), none holds a lone surrogate (shingling refused it); with no
+        NaN score the pass reads the rows in input order; no index: the clusters are the stamps. Called
+        with 2 to 64 passages, the kernels on, texts compared (not every passage trusted)."""
+        try:
+            found = self.similarity.remembered_sets(texts, self.ngram)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable text: _decide's checks name it
+            return None
+        if found is None or not all(map(eq, scores, scores)):  # (NaN != NaN; None == None)
+            return None
+        n = len(texts)
+        arena, places = found
+        ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
+        target, similarity, reason = collapse_rows(
+            arena,
+            _NO_COUNTS,
+            _ROWS[:n],
+            np.fromiter(map(ids.setdefault, stamps, range(n)), dtype=np.int64, count=n),
+            self.trust_clusters,
+            True,
+            self.threshold,
+            self.floor,
+            places,
+        )
+        targets = target.tolist()
+        kept = [a for a in range(n) if targets[a] < 0]
+        folds: dict[int, list[_RawFold]] = {}
+        if len(kept) < n:
+            similarities, reasons = similarity.tolist(), reason.tolist()
+            for a in range(n):
+                b = targets[a]
+                if b < 0:
+                    continue
+                s = similarities[a]
+                entry = (a, REASONS[reasons[a]], None if s != s else s)
+                if b in folds:
+                    folds[b].append(entry)
+                else:
+                    folds[b] = [entry]
+        if top_n is not None:
+            kept = kept[:top_n]  # every passage carries evidence
+        return kept, folds, list(stamps)
 
     def _greedy(
         self,
@@ -504,6 +571,7 @@ class Collapser:
             compare,
             self.threshold,
             self.floor,
+            _NO_SPANS,
         )
         targets = target.tolist()
         kept_pos = [text_pos[a] for a in order_rows if targets[a] < 0]

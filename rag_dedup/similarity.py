@@ -422,56 +422,128 @@ def _jaccard(sizes: np.ndarray, inter: np.ndarray) -> np.ndarray:
     return out
 
 
+#: A remembered set's place in the cache's arena, one int: ``start << _SPAN_SHIFT | count``.
+_SPAN_SHIFT = 32
+_SPAN_COUNT = (1 << _SPAN_SHIFT) - 1
+_NO_VALUES = np.empty(0, dtype=np.uint64)
+
+
 class _ShingleCache:
     """The shingle hashes of recently seen texts, per ``ngram`` keyed by the text, oldest evicted first.
 
-    An entry is the text's shingle set as its own array, in :func:`_set_values` form (sorted, unique,
-    low 6 bits clear: ready to merge), a view made once when it is stored, so a warm query only looks
-    its texts up. One object behind one private attribute: pydantic resolves each private attribute
-    access through ``__getattr__``, which costs about as much as a numpy call.
+    Every remembered set lies in one array, the *arena* (:func:`_set_values` form: sorted, unique, low 6
+    bits clear, ready to merge), and an entry is its place there as one int (``start << 32 | count``), so
+    a warm query looks its texts up and hands the kernel the arena and the places
+    (:meth:`TextSimilarity.remembered_sets`): no set is copied. New sets are appended after the last;
+    when the arena is full, a new one (twice the live values and the new ones, at least 4096) takes the
+    live sets, packed. An arena is never written below its used length, so a reader that took an arena
+    and places under the lock reads them unchanged after it is released. A set without shingles is not
+    remembered (so a remembered text is never blank). One object behind one private attribute: pydantic
+    resolves each private attribute access through ``__getattr__``, which costs about as much as a numpy call.
     """
 
-    __slots__ = ("by_ngram", "lock")
+    __slots__ = ("by_ngram", "lock", "arena", "used", "live")
 
     def __init__(self) -> None:
-        self.by_ngram: dict[int, dict[str, np.ndarray]] = {}
+        self.by_ngram: dict[int, dict[str, int]] = {}
         self.lock = threading.Lock()
+        self.arena = _NO_VALUES
+        self.used = 0  # values written to the arena
+        self.live = 0  # values of the remembered sets
 
     def __len__(self) -> int:
         return sum(map(len, self.by_ngram.values()))
 
-    def get_many(self, ngram: int, texts: Sequence[str]) -> tuple[list[np.ndarray | None], bool]:
-        """Each text's entry (``None``: not remembered), and whether all of them are remembered."""
+    def lookup(self, ngram: int, texts: Sequence[str]) -> tuple[np.ndarray, list[int | None]]:
+        """``(arena, places)``: each text's place in the arena (``None``: not remembered)."""
         entries = self.by_ngram.get(ngram)
         if entries is None:
-            return [None] * len(texts), not texts
+            return _NO_VALUES, [None] * len(texts)
         with self.lock:
-            return list(map(entries.get, texts)), all(map(entries.__contains__, texts))
+            return self.arena, list(map(entries.get, texts))
+
+    def places(self, ngram: int, texts: Sequence[str]) -> tuple[np.ndarray, list[int]] | None:
+        """``(arena, places)`` of ``texts`` if every one is remembered, else ``None``."""
+        entries = self.by_ngram.get(ngram)
+        if entries is None:
+            return None
+        with self.lock:
+            places = list(map(entries.get, texts))
+            arena = self.arena
+        return None if None in places else (arena, places)  # type: ignore[return-value]
 
     def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
         """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i; then
         evict the oldest entries beyond ``capacity`` (of this ``ngram`` first)."""
-        stop = 0
+        total = len(hashes)
+        mask = _SPAN_COUNT
         with self.lock:
             entries = self.by_ngram.setdefault(ngram, {})
+            if self.used + total > len(self.arena):
+                self._repack(total)
+            start = self.used
+            self.arena[start : start + total] = hashes
+            self.used += total
             for text, count in zip(texts, counts.tolist()):
-                entries[text] = hashes[stop : stop + count]
-                stop += count
+                if count:
+                    before = entries.get(text)  # put again: its place changes, not its age
+                    if before is not None:
+                        self.live -= before & mask
+                    entries[text] = start << _SPAN_SHIFT | count
+                    self.live += count
+                start += count
             excess = len(self) - capacity
             for evicted in (entries, *self.by_ngram.values()):
                 if excess <= 0:
                     break
                 drop = list(itertools.islice(evicted, excess))  # the oldest first: dicts keep insertion order
                 for key in drop:
-                    del evicted[key]
+                    self.live -= evicted.pop(key) & mask
                 excess -= len(drop)
+
+    def _repack(self, extra: int) -> None:
+        """A new arena with room for ``extra`` more values, the live sets packed at its start (in the
+        order remembered); the old arena is left as it was, for readers that hold it. Under the lock."""
+        arena = np.empty(max(4096, 2 * (self.live + extra)), dtype=np.uint64)
+        at = 0
+        old = self.arena
+        for entries in self.by_ngram.values():
+            if not entries:
+                continue
+            places = np.fromiter(entries.values(), dtype=np.int64, count=len(entries))
+            counts = places & _SPAN_COUNT
+            starts = places >> _SPAN_SHIFT
+            size = int(counts.sum())
+            # every value's old index: its set's start, plus its offset within the set
+            ends = np.cumsum(counts)
+            offsets = np.arange(size, dtype=np.int64) - np.repeat(ends - counts, counts)
+            arena[at : at + size] = old[np.repeat(starts, counts) + offsets]
+            new_starts = at + ends - counts
+            entries.update(zip(list(entries), ((new_starts << _SPAN_SHIFT) | counts).tolist()))
+            at += size
+        self.arena = arena
+        self.used = at
+        self.live = at
 
     def clear(self) -> None:
         with self.lock:
             self.by_ngram.clear()
+            self.arena = _NO_VALUES
+            self.used = self.live = 0
 
 
 _NOTHING: frozenset[str] = frozenset()
+
+
+def _gathered(arena: np.ndarray, places: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The sets at ``places`` in ``arena`` laid end to end, and their counts (:meth:`TextSimilarity.sets`' form)."""
+    if not places:
+        return np.empty(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    packed = np.fromiter(places, dtype=np.int64, count=len(places))
+    counts = packed & _SPAN_COUNT
+    ends = np.cumsum(counts)
+    index = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat((packed >> _SPAN_SHIFT) - (ends - counts), counts)
+    return arena[index], counts
 
 
 class TextSimilarity:
@@ -505,6 +577,19 @@ class TextSimilarity:
         valid Unicode: shingling encodes a text to UTF-8 first, which refuses a lone surrogate."""
         return self._cache.by_ngram.get(ngram, _NOTHING)
 
+    def remembered_sets(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np.ndarray, np.ndarray] | None:
+        """The sets of ``texts`` where the cache keeps them, if every text is remembered (else ``None``):
+        ``(arena, places)``, text i's set ``arena[p >> 32 : (p >> 32) + (p & 0xFFFFFFFF)]`` for
+        ``p = places[i]`` (int64), in :meth:`sets`' form, read by
+        :func:`rag_dedup.compiled.collapse.pair_counts_at` without a copy. A remembered text has at least
+        one shingle (so it is not blank) and is valid Unicode (:meth:`remembered`). Read-only: the arena is
+        the cache's own."""
+        found = self._cache.places(ngram, texts)
+        if found is None:
+            return None
+        arena, places = found
+        return arena, np.fromiter(places, dtype=np.int64, count=len(places))
+
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.
 
@@ -532,7 +617,17 @@ class TextSimilarity:
         are remembered for later calls (0: none).
         """
         k = len(texts)
-        known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
+        if capacity:
+            arena, places = self._cache.lookup(ngram, texts)
+            complete = None not in places
+            if complete and k:  # all remembered (a warm query): one gather from the arena
+                return _gathered(arena, places)  # type: ignore[arg-type]
+            if all(map(is_, places, itertools.repeat(None))):
+                known: list[np.ndarray | None] = places  # type: ignore[assignment]
+            else:
+                known = [None if p is None else arena[p >> _SPAN_SHIFT : (p >> _SPAN_SHIFT) + (p & _SPAN_COUNT)] for p in places]
+        else:
+            known, complete = [None] * k, not k
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
             if all(map(is_, known, itertools.repeat(None))):  # none remembered (a cold query): no pairing with the entries
                 fresh = list(dict.fromkeys(texts))

@@ -141,7 +141,8 @@ def test_collapse_rows_without_comparing_folds_by_trusted_stamps_only():
     order = np.arange(4, dtype=np.int64)
     clusters = np.array([0, 0, -1, 1], dtype=np.int64)
     target, similarity, reason = collapse_rows(
-        np.empty(0, dtype=np.uint64), np.zeros(4, dtype=np.int64), order, clusters, True, False, 0.8, 0.7
+        np.empty(0, dtype=np.uint64), np.zeros(4, dtype=np.int64), order, clusters, True, False, 0.8, 0.7,
+        np.empty(0, dtype=np.int64),
     )
     assert target.tolist() == [-1, 0, -1, -1]
     assert reason.tolist() == [-1, 0, -1, -1] and math.isnan(similarity[1])
@@ -238,3 +239,85 @@ def test_set_values_kernel_equals_the_reference_with_repeats_and_empty_sets():
         hashes[::5] |= np.uint64(63)  # values equal once their low 6 bits are cleared
         got, expected = set_values(hashes, counts), _set_values(hashes, counts)
         assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+def test_pair_counts_at_reads_sets_in_place_as_pair_counts_reads_them_end_to_end():
+    """pair_counts_at (the warm path: sets where the shingle cache's arena keeps them, in any order, with
+    gaps between them) gives pair_counts' counts of the same sets laid end to end; collapse_rows on
+    places decides as collapse_rows on the sets end to end."""
+    from rag_dedup.compiled.collapse import pair_counts_at
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(1, 65))
+        pool = (rng.integers(1, 2**57, int(rng.integers(1, 40)), dtype=np.int64).astype(np.uint64)) << np.uint64(6)
+        sets = [np.unique(rng.choice(pool, int(rng.integers(1, len(pool) + 1)), replace=False)) for _ in range(n)]
+        arena, places = [np.zeros(int(rng.integers(0, 5)), dtype=np.uint64)], []
+        at = len(arena[0])
+        for i in rng.permutation(n).tolist():
+            gap = np.zeros(int(rng.integers(0, 5)), dtype=np.uint64)
+            arena += [sets[i], gap]
+            places.append((i, at << 32 | len(sets[i])))
+            at += len(sets[i]) + len(gap)
+        spans = np.array([p for _, p in sorted(places)], dtype=np.int64)
+        values, counts = np.concatenate(sets), np.array([len(s) for s in sets], dtype=np.int64)
+        assert np.array_equal(pair_counts_at(np.concatenate(arena), spans), pair_counts(values, counts))
+        order = rng.permutation(n).astype(np.int64)
+        clusters = rng.integers(-1, n, n).astype(np.int64)
+        trust = bool(rng.integers(2))
+        placed = collapse_rows(np.concatenate(arena), counts[:0], order, clusters, trust, True, 0.5, 0.3, spans)
+        laid = collapse_rows(values, counts, order, clusters, trust, True, 0.5, 0.3, spans[:0])
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(placed, laid))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    texts=_texts,
+    data=st.data(),
+    trust=st.booleans(),
+    threshold=st.sampled_from([0.5, 0.8, 1.0]),
+    top_n=st.sampled_from([None, 1, 3]),
+)
+def test_a_warm_collapse_decides_as_the_reference_on_random_passages(texts, data, trust, threshold, top_n):
+    """The warm path (Collapser._decide_remembered: every text remembered, read in the cache's arena)
+    against the reference, on the second call of one collapser (its first call remembers the texts)."""
+    n = len(texts)
+    clusters = data.draw(st.lists(st.sampled_from([None, "a", "b", "c"]), min_size=n, max_size=n))
+    scores = data.draw(st.lists(st.sampled_from([None, 1.0, 2.0, math.nan]), min_size=n, max_size=n))
+    passages = [Passage(f"k{i}", t, s, c) for i, (t, s, c) in enumerate(zip(texts, scores, clusters))]
+    warm = Collapser(threshold, trust_clusters=trust)
+    first = warm.collapse(passages, top_n)
+    second = warm.collapse(passages, top_n)
+    keys, texts_, scores_, stamps = zip(*[(p.key, p.text, p.score, p.cluster) for p in passages]) if passages else ((),) * 4
+    columns = warm.decide_columns(list(keys), list(texts_), list(scores_), list(stamps), top_n) if passages else None
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = Collapser(threshold, trust_clusters=trust).collapse(passages, top_n)
+        slow_columns = (
+            Collapser(threshold, trust_clusters=trust).decide_columns(list(keys), list(texts_), list(scores_), list(stamps), top_n)
+            if passages
+            else None
+        )
+    finally:
+        compiled.COMPILED = previous
+    assert first == second == slow and columns == slow_columns
+
+
+@pytest.mark.parametrize("trust", [pytest.param(False, id="checked"), pytest.param(True, id="trusted")])
+def test_a_warm_collapse_decides_as_the_reference_on_real_top_30s(tops, trust):
+    """One collapser over the real top 30s, twice (the second round warm: every text remembered, the
+    stamps of a DedupIndex), against the reference on fresh collapsers: the same Kept and Fold."""
+    collapser = Collapser(trust_clusters=trust)
+    for passages in tops:
+        collapser.collapse(passages, 10)
+    remembered = [collapser.similarity.remembered_sets([p.text for p in ps], 5) is not None for ps in tops]
+    assert all(remembered) if not trust else remembered.count(True) < len(tops)  # trusted: stamps only, mostly
+    warm = [collapser.collapse(p, 10) for p in tops]
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = [Collapser(trust_clusters=trust).collapse(p, 10) for p in tops]
+    finally:
+        compiled.COMPILED = previous
+    assert warm == slow

@@ -68,3 +68,36 @@ def test_the_cache_keeps_each_ngram_apart_and_stays_within_its_capacity() -> Non
     assert np.array_equal(sim.matrix(texts, 5, 6), _reference_matrix(texts, 5))
     sim.clear()
     assert len(sim) == 0
+
+
+def test_the_arena_keeps_every_remembered_set_through_repacks_evictions_and_repeats() -> None:
+    """The cache's one arena (similarity._ShingleCache): many queries of fresh and remembered texts, more
+    than the arena holds (it is repacked), with evictions (capacity 40) and repeats: every remembered set
+    read back (sets of all-remembered texts, remembered_sets' places) is the set computed without a cache;
+    the sets a reader took stay as they were through later puts; a text without shingles is not remembered."""
+    from rag_dedup.similarity import TextSimilarity
+
+    pool = [t[:300 + 37 * i % 900] for i, t in enumerate(list(documents().values())[:60])]
+    sim = TextSimilarity()
+    warm = 0
+    for q in range(40):
+        texts = [pool[(q * 7 + j * 3) % len(pool)] for j in range(12)]
+        fresh = TextSimilarity().sets(texts, 5, 0)
+        got = sim.sets(texts, 5, 40)
+        assert np.array_equal(got[0], fresh[0]) and np.array_equal(got[1], fresh[1])
+        remembered = sim.remembered_sets(texts, 5)
+        assert (remembered is None) == any(t not in sim.remembered(5) for t in texts) and len(sim) <= 40
+        if remembered is None:  # the oldest evicted, some of this query's among them
+            continue
+        warm += 1
+        arena, places = remembered
+        sets = [arena[p >> 32 : (p >> 32) + (p & 0xFFFFFFFF)] for p in places.tolist()]
+        assert np.array_equal(np.concatenate(sets), fresh[0]) and [len(s) for s in sets] == fresh[1].tolist()
+        sim.sets(pool[q % 7 :: 7], 5, 40)  # more puts: appends after the used length, or a repack into a new arena
+        assert np.array_equal(np.concatenate(sets), fresh[0])  # what a reader took is left as it was
+    assert warm >= 10
+    assert sim.remembered_sets([pool[0], "never seen before, not once"], 5) is None
+    sim.sets(["   ", pool[1]], 5, 40)
+    assert "   " not in sim.remembered(5) and pool[1] in sim.remembered(5)
+    sim.clear()
+    assert len(sim) == 0 and sim.remembered_sets([pool[1]], 5) is None

@@ -28,7 +28,7 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "collapse_rows", "pair_counts", "similarity_rows"]
+__all__ = ["REASONS", "collapse_rows", "pair_counts", "pair_counts_at", "similarity_rows"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -48,11 +48,32 @@ def pair_counts(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``|A ∩ B|`` of every pair of the ``n <= 64`` sets laid end to end in ``values`` (``counts[i]``
     values for set ``i``, unique within a set, low bit clear), as an ``(n, n)`` int64 array whose
     diagonal holds the sizes."""
-    n = counts.shape[0]
-    total = values.shape[0]
+    return pair_counts_at(values, _end_to_end(counts))
+
+
+@kernel
+def _end_to_end(counts: np.ndarray) -> np.ndarray:
+    """The :func:`pair_counts_at` spans of sets laid end to end, ``counts[i]`` values for set ``i``."""
+    spans = np.empty(counts.shape[0], dtype=np.int64)
+    at = 0
+    for i in range(counts.shape[0]):
+        spans[i] = (at << 32) | counts[i]
+        at += counts[i]
+    return spans
+
+
+@kernel
+def pair_counts_at(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """:func:`pair_counts` of the ``n <= 64`` sets found anywhere in ``values``: set ``i`` is
+    ``values[spans[i] >> 32 : (spans[i] >> 32) + (spans[i] & 0xFFFFFFFF)]`` (the shingle cache's arena,
+    :meth:`~rag_dedup.similarity.TextSimilarity.remembered_sets`), so a warm query copies no set."""
+    n = spans.shape[0]
+    total = 0
+    for s in range(n):
+        total += spans[s] & 0xFFFFFFFF
     inter = np.zeros((n, n), dtype=np.int64)
     for i in range(n):
-        inter[i, i] = counts[i]
+        inter[i, i] = spans[i] & 0xFFFFFFFF
     if n < 2 or total == 0:
         return inter
     bits = _table_bits(total)
@@ -63,13 +84,12 @@ def pair_counts(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     masks = np.zeros(size, dtype=np.uint64)
     used = np.empty(total, dtype=np.int64)
     n_used = 0
-    at = 0
     one = np.uint64(1)
     for s in range(n):
         bit = one << np.uint64(s)
-        for _ in range(counts[s]):
+        start = spans[s] >> 32
+        for at in range(start, start + (spans[s] & 0xFFFFFFFF)):
             key = values[at] | one  # never 0, the empty slot (the low bits are clear)
-            at += 1
             slot = np.int64(key >> shift)
             while True:
                 k = keys[slot]
@@ -184,17 +204,20 @@ def collapse_rows(
     compare: bool,
     threshold: float,
     floor: float,
+    spans: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The greedy pass of :class:`~rag_dedup.collapse.Collapser` over ``n <= 64`` passages with text.
 
     Args:
         values, counts: The passages' shingle sets (see :func:`pair_counts`); read only if ``compare``.
         order: The passages (rows) in the order the pass reads them.
-        clusters: Each row's cluster as a small int (equal ints: one cluster), -1 for none; at most ``n``
-            distinct.
+        clusters: Each row's cluster as a small int (equal ints: one cluster), -1 for none; each below ``n``.
         trust: ``trust_clusters``.
         compare: Whether texts are compared at all (the reference's ``sim is not None``).
         threshold, floor: The collapse's levels.
+        spans: Empty: the sets lie end to end in ``values``, ``counts[i]`` for row ``i``; else row ``i``'s
+            set is where ``spans[i]`` says (:func:`pair_counts_at`; ``counts`` is not read): the shingle
+            cache's arena, for a query whose texts are all remembered.
 
     Returns:
         ``(target, similarity, reason)`` per row: the row it folds into (-1: kept), the exact Jaccard
@@ -205,7 +228,12 @@ def collapse_rows(
     target = np.full(n, -1, dtype=np.int64)
     similarity = np.full(n, np.nan, dtype=np.float64)
     reason = np.full(n, -1, dtype=np.int8)
-    inter = pair_counts(values, counts) if compare else np.zeros((1, 1), dtype=np.int64)
+    if not compare:
+        inter = np.zeros((1, 1), dtype=np.int64)
+    elif spans.shape[0] == 0:
+        inter = pair_counts(values, counts)
+    else:
+        inter = pair_counts_at(values, spans)
     first_kept = np.full(n, -1, dtype=np.int64)  # trusted: the first kept row of each cluster
     cluster_rows = np.zeros(n, dtype=np.uint64)  # checked: the kept rows of each cluster, as bits
     kept_rows = np.uint64(0)
