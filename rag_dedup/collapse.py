@@ -435,7 +435,7 @@ class Collapser:
         n = len(texts)
         arena, places = found
         ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
-        target, similarity, reason = collapse_rows(
+        kept_rows, fold_rows, fold_similarity = collapse_rows(
             arena,
             _NO_COUNTS,
             _ROWS[:n],
@@ -446,24 +446,8 @@ class Collapser:
             self.floor,
             places,
         )
-        targets = target.tolist()
-        kept = [a for a in range(n) if targets[a] < 0]
-        folds: dict[int, list[_RawFold]] = {}
-        if len(kept) < n:
-            similarities, reasons = similarity.tolist(), reason.tolist()
-            for a in range(n):
-                b = targets[a]
-                if b < 0:
-                    continue
-                s = similarities[a]
-                entry = (a, REASONS[reasons[a]], None if s != s else s)
-                if b in folds:
-                    folds[b].append(entry)
-                else:
-                    folds[b] = [entry]
-        if top_n is not None:
-            kept = kept[:top_n]  # every passage carries evidence
-        return kept, folds, list(stamps)
+        kept = kept_rows.tolist()  # rows are positions: every passage has text; each carries evidence (top_n)
+        return kept[:top_n] if top_n is not None else kept, _grouped(fold_rows, fold_similarity, None), list(stamps)
 
     def _greedy(
         self,
@@ -562,7 +546,7 @@ class Collapser:
             order_rows = [slot[i] for i in order]
         ids: dict[str | None, int] = {c: k for k, c in enumerate(dict.fromkeys(row_clusters))}  # one int per cluster
         ids[None] = -1
-        target, similarity, reason = collapse_rows(
+        kept_rows, fold_rows, fold_similarity = collapse_rows(
             values,
             counts,
             np.fromiter(order_rows, dtype=np.int64, count=rows),
@@ -573,24 +557,31 @@ class Collapser:
             self.floor,
             _NO_SPANS,
         )
-        targets = target.tolist()
-        kept_pos = [text_pos[a] for a in order_rows if targets[a] < 0]
-        folds: dict[int, list[_RawFold]] = {}
-        if len(kept_pos) == rows:
-            return kept_pos, folds
-        similarities, reasons = similarity.tolist(), reason.tolist()
-        for a in order_rows:
-            b = targets[a]
-            if b < 0:
-                continue
-            s = similarities[a]
-            entry = (text_pos[a], REASONS[reasons[a]], None if s != s else s)
-            j = text_pos[b]
-            if j in folds:
-                folds[j].append(entry)
-            else:
-                folds[j] = [entry]
-        return kept_pos, folds
+        positions = None if rows == len(clusters) else text_pos
+        kept = kept_rows.tolist()
+        return kept if positions is None else [positions[a] for a in kept], _grouped(fold_rows, fold_similarity, positions)
+
+
+def _grouped(rows: np.ndarray, similarity: np.ndarray, positions: list[int] | None) -> dict[int, list[_RawFold]]:
+    """:func:`~rag_dedup.compiled.collapse.collapse_rows`' folds as :meth:`Collapser._greedy` gives them: the
+    folds of each target (by position), in reading order, each :data:`_RawFold`; ``positions[row]`` is a
+    row's position (``None``: the same)."""
+    folds: dict[int, list[_RawFold]] = {}
+    if not rows.shape[1]:
+        return folds
+    reasons = REASONS
+    last = -1
+    group: list[_RawFold] = []
+    fold_rows, targets, codes = rows.tolist()
+    if positions is not None:
+        fold_rows = [positions[a] for a in fold_rows]
+        targets = [positions[b] for b in targets]
+    for a, b, r, s in zip(fold_rows, targets, codes, similarity.tolist()):
+        if b != last:  # the folds come grouped by target
+            group = folds[b] = []
+            last = b
+        group.append((a, reasons[r], None if s != s else s))
+    return folds
 
 
 def is_blank(text: str) -> bool:

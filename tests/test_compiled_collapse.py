@@ -140,12 +140,12 @@ def test_pair_counts_counts_shared_values_of_many_sets_and_keeps_the_sizes_on_th
 def test_collapse_rows_without_comparing_folds_by_trusted_stamps_only():
     order = np.arange(4, dtype=np.int64)
     clusters = np.array([0, 0, -1, 1], dtype=np.int64)
-    target, similarity, reason = collapse_rows(
+    kept, folds, similarity = collapse_rows(
         np.empty(0, dtype=np.uint64), np.zeros(4, dtype=np.int64), order, clusters, True, False, 0.8, 0.7,
         np.empty(0, dtype=np.int64),
     )
-    assert target.tolist() == [-1, 0, -1, -1]
-    assert reason.tolist() == [-1, 0, -1, -1] and math.isnan(similarity[1])
+    assert kept.tolist() == [0, 2, 3]
+    assert folds.tolist() == [[1], [0], [0]] and math.isnan(similarity[0])  # row 1 into row 0, "cluster"
 
 
 # --- query-time shingling: shingle_stream on the kernels == shingle_stream on numpy ----------------------

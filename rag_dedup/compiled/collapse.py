@@ -220,9 +220,11 @@ def collapse_rows(
             cache's arena, for a query whose texts are all remembered.
 
     Returns:
-        ``(target, similarity, reason)`` per row: the row it folds into (-1: kept), the exact Jaccard
-        similarity to it (NaN where not computed), and the index of its reason in :data:`REASONS`
-        (-1: kept).
+        ``(kept, folds, similarity)``, compact, so that the caller's Python reads each decision once: the
+        kept rows in reading order; the folds as a ``(3, F)`` int64 array of columns ``(row, target row,
+        index of its reason in`` :data:`REASONS` ``)``, grouped by target (the targets in the order first
+        folded into), each group in reading order; and each fold's exact Jaccard similarity to its
+        target (NaN where not computed).
     """
     n = order.shape[0]
     target = np.full(n, -1, dtype=np.int64)
@@ -278,7 +280,41 @@ def collapse_rows(
                     cluster_rows[c] |= bit
         else:
             target[a] = t
-    return target, similarity, reason
+    # Compact: the kept rows in reading order; the folds grouped by target (targets in the order first
+    # folded into), each group in reading order.
+    kept = np.empty(n, dtype=np.int64)
+    n_kept = 0
+    group_of = np.full(n, -1, dtype=np.int64)  # target row -> its group
+    group_size = np.zeros(n + 1, dtype=np.int64)
+    groups = 0
+    for o in range(n):
+        a = order[o]
+        t = target[a]
+        if t < 0:
+            kept[n_kept] = a
+            n_kept += 1
+        else:
+            if group_of[t] < 0:
+                group_of[t] = groups
+                groups += 1
+            group_size[group_of[t] + 1] += 1
+    for g in range(groups):
+        group_size[g + 1] += group_size[g]  # now each group's first slot
+    n_folds = n - n_kept
+    folds = np.empty((3, n_folds), dtype=np.int64)
+    fold_similarity = np.empty(n_folds, dtype=np.float64)
+    for o in range(n):
+        a = order[o]
+        t = target[a]
+        if t >= 0:
+            g = group_of[t]
+            at = group_size[g]
+            group_size[g] += 1
+            folds[0, at] = a
+            folds[1, at] = t
+            folds[2, at] = reason[a]
+            fold_similarity[at] = similarity[a]
+    return kept[:n_kept], folds, fold_similarity
 
 
 # --- query-time shingling: shingles.shingle_stream's values, from the joined buffer ----------------------
