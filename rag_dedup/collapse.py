@@ -358,11 +358,10 @@ class Collapser:
             compiled.COMPILED
             and 1 < n <= 64
             and self.cache_size
-            and self.index is None
             and not merging
-            and (not self.trust_clusters or None in stamps)
+            and (not self.trust_clusters or (self.index is None and None in stamps))
         ):
-            decided = self._decide_remembered(texts_in, scores, stamps, top_n)
+            decided = self._decide_remembered(keys, texts_in, scores, stamps, top_n)
             if decided is not None:
                 return decided
         if None not in texts_in and all(texts_in) and not any(map(str.isspace, texts_in)):  # none blank
@@ -414,6 +413,7 @@ class Collapser:
 
     def _decide_remembered(
         self,
+        keys: Sequence[str],
         texts: Sequence[str | None],
         scores: Sequence[float | None],
         stamps: Sequence[str | None],
@@ -424,8 +424,8 @@ class Collapser:
 
         Every text remembered settles what :meth:`_decide` checks one by one: none is ``None`` or blank
         (a remembered set has a shingle), none holds a lone surrogate (shingling refused it); with no
-        NaN score the pass reads the rows in input order; no index: the clusters are the stamps. Called
-        with 2 to 64 passages, the kernels on, texts compared (not every passage trusted)."""
+        NaN score the pass reads the rows in input order. Called with 2 to 64 passages, the kernels on,
+        texts compared (checked, or trusted with a passage without a stamp and no index)."""
         try:
             found = self.similarity.remembered_sets(texts, self.ngram)  # type: ignore[arg-type]
         except TypeError:  # an unhashable text: _decide's checks name it
@@ -434,12 +434,13 @@ class Collapser:
             return None
         n = len(texts)
         arena, places = found
+        clusters = list(stamps) if self.index is None else self._clusters(keys, stamps)
         ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
         kept_rows, fold_rows, fold_similarity = collapse_rows(
             arena,
             _NO_COUNTS,
             _ROWS[:n],
-            np.fromiter(map(ids.setdefault, stamps, range(n)), dtype=np.int64, count=n),
+            np.fromiter(map(ids.setdefault, clusters, range(n)), dtype=np.int64, count=n),
             self.trust_clusters,
             True,
             self.threshold,
@@ -447,7 +448,7 @@ class Collapser:
             places,
         )
         kept = kept_rows.tolist()  # rows are positions: every passage has text; each carries evidence (top_n)
-        return kept[:top_n] if top_n is not None else kept, _grouped(fold_rows, fold_similarity, None), list(stamps)
+        return kept[:top_n] if top_n is not None else kept, _grouped(fold_rows, fold_similarity, None), clusters
 
     def _greedy(
         self,

@@ -33,7 +33,7 @@ from collections.abc import Container, Sequence
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.collapse import set_values
+from rag_dedup.compiled.collapse import gathered, set_values
 from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
 
 __all__ = [
@@ -536,7 +536,8 @@ _NOTHING: frozenset[str] = frozenset()
 
 
 def _gathered(arena: np.ndarray, places: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The sets at ``places`` in ``arena`` laid end to end, and their counts (:meth:`TextSimilarity.sets`' form)."""
+    """The sets at ``places`` in ``arena`` laid end to end, and their counts (:meth:`TextSimilarity.sets`' form);
+    the reference of :func:`rag_dedup.compiled.collapse.gathered`."""
     if not places:
         return np.empty(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     packed = np.fromiter(places, dtype=np.int64, count=len(places))
@@ -621,6 +622,8 @@ class TextSimilarity:
             arena, places = self._cache.lookup(ngram, texts)
             complete = None not in places
             if complete and k:  # all remembered (a warm query): one gather from the arena
+                if compiled.COMPILED:
+                    return gathered(arena, np.fromiter(places, dtype=np.int64, count=k))  # type: ignore[arg-type]
                 return _gathered(arena, places)  # type: ignore[arg-type]
             if all(map(is_, places, itertools.repeat(None))):
                 known: list[np.ndarray | None] = places  # type: ignore[assignment]

@@ -28,7 +28,7 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "collapse_rows", "pair_counts", "pair_counts_at", "similarity_rows"]
+__all__ = ["REASONS", "collapse_rows", "gathered", "pair_counts", "pair_counts_at", "similarity_rows"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -60,6 +60,25 @@ def _end_to_end(counts: np.ndarray) -> np.ndarray:
         spans[i] = (at << 32) | counts[i]
         at += counts[i]
     return spans
+
+
+@kernel
+def gathered(values: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``similarity._gathered``: the sets at ``spans`` in ``values`` (as :func:`pair_counts_at` reads
+    them) laid end to end, and their counts."""
+    n = spans.shape[0]
+    counts = np.empty(n, dtype=np.int64)
+    total = 0
+    for i in range(n):
+        counts[i] = spans[i] & 0xFFFFFFFF
+        total += counts[i]
+    out = np.empty(total, dtype=np.uint64)
+    at = 0
+    for i in range(n):
+        start = spans[i] >> 32
+        out[at : at + counts[i]] = values[start : start + counts[i]]
+        at += counts[i]
+    return out, counts
 
 
 @kernel
