@@ -49,6 +49,7 @@ of the ``top_n`` places (it is returned only before the last passage that does).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from operator import eq
 from typing import NamedTuple
@@ -56,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.collapse import REASONS, collapse_rows
+from rag_dedup.compiled.collapse import REASONS, collapse_rows, new_scratch
 from rag_dedup.index import DedupIndex
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
@@ -70,6 +71,20 @@ _NO_VALUES = np.empty(0, dtype=np.uint64)
 _NO_COUNTS = np.empty(0, dtype=np.int64)
 _NO_SPANS = _NO_COUNTS  # collapse_rows: the sets lie end to end
 _ROWS = np.arange(64, dtype=np.int64)  # the rows in input order (a view of its first n)
+# Each thread's hash-table memory for collapse_rows (compiled.collapse.new_scratch), taken for a call and
+# put back after it: a call that raises leaves none half-used behind, and none is used by two at once.
+_local = threading.local()
+
+
+def _collapse_rows(*args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~rag_dedup.compiled.collapse.collapse_rows` with this thread's scratch tables."""
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = new_scratch()
+    _local.scratch = None
+    decided = collapse_rows(*args, scratch)
+    _local.scratch = scratch
+    return decided
 
 
 class Passage(NamedTuple):
@@ -436,7 +451,7 @@ class Collapser:
         arena, places = found
         clusters = list(stamps) if self.index is None else self._clusters(keys, stamps)
         ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
-        kept_rows, fold_rows, fold_similarity = collapse_rows(
+        kept_rows, fold_rows, fold_similarity = _collapse_rows(
             arena,
             _NO_COUNTS,
             _ROWS[:n],
@@ -547,7 +562,7 @@ class Collapser:
             order_rows = [slot[i] for i in order]
         ids: dict[str | None, int] = {c: k for k, c in enumerate(dict.fromkeys(row_clusters))}  # one int per cluster
         ids[None] = -1
-        kept_rows, fold_rows, fold_similarity = collapse_rows(
+        kept_rows, fold_rows, fold_similarity = _collapse_rows(
             values,
             counts,
             np.fromiter(order_rows, dtype=np.int64, count=rows),

@@ -142,7 +142,7 @@ def test_collapse_rows_without_comparing_folds_by_trusted_stamps_only():
     clusters = np.array([0, 0, -1, 1], dtype=np.int64)
     kept, folds, similarity = collapse_rows(
         np.empty(0, dtype=np.uint64), np.zeros(4, dtype=np.int64), order, clusters, True, False, 0.8, 0.7,
-        np.empty(0, dtype=np.int64),
+        np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
     )
     assert kept.tolist() == [0, 2, 3]
     assert folds.tolist() == [[1], [0], [0]] and math.isnan(similarity[0])  # row 1 into row 0, "cluster"
@@ -243,11 +243,13 @@ def test_set_values_kernel_equals_the_reference_with_repeats_and_empty_sets():
 
 def test_pair_counts_at_reads_sets_in_place_as_pair_counts_reads_them_end_to_end():
     """pair_counts_at (the warm path: sets where the shingle cache's arena keeps them, in any order, with
-    gaps between them) gives pair_counts' counts of the same sets laid end to end; collapse_rows on
-    places decides as collapse_rows on the sets end to end."""
-    from rag_dedup.compiled.collapse import pair_counts_at
+    gaps between them) gives pair_counts' counts of the same sets laid end to end, with or without reused
+    scratch tables (their key tables left all zeros for the next call); collapse_rows on places decides as collapse_rows
+    on the sets end to end."""
+    from rag_dedup.compiled.collapse import new_scratch, pair_counts_at
 
     rng = np.random.default_rng(11)
+    scratch = new_scratch()
     for _ in range(200):
         n = int(rng.integers(1, 65))
         pool = (rng.integers(1, 2**57, int(rng.integers(1, 40)), dtype=np.int64).astype(np.uint64)) << np.uint64(6)
@@ -261,12 +263,15 @@ def test_pair_counts_at_reads_sets_in_place_as_pair_counts_reads_them_end_to_end
             at += len(sets[i]) + len(gap)
         spans = np.array([p for _, p in sorted(places)], dtype=np.int64)
         values, counts = np.concatenate(sets), np.array([len(s) for s in sets], dtype=np.int64)
-        assert np.array_equal(pair_counts_at(np.concatenate(arena), spans), pair_counts(values, counts))
+        assert np.array_equal(pair_counts_at(np.concatenate(arena), spans, spans[:0]), pair_counts(values, counts))
+        assert np.array_equal(pair_counts_at(np.concatenate(arena), spans, scratch), pair_counts(values, counts))
+        region = len(scratch) // 4
+        assert not scratch[:region].any() and not scratch[2 * region : 3 * region].any()  # the key tables left clear
         order = rng.permutation(n).astype(np.int64)
         clusters = rng.integers(-1, n, n).astype(np.int64)
         trust = bool(rng.integers(2))
-        placed = collapse_rows(np.concatenate(arena), counts[:0], order, clusters, trust, True, 0.5, 0.3, spans)
-        laid = collapse_rows(values, counts, order, clusters, trust, True, 0.5, 0.3, spans[:0])
+        placed = collapse_rows(np.concatenate(arena), counts[:0], order, clusters, trust, True, 0.5, 0.3, spans, scratch)
+        laid = collapse_rows(values, counts, order, clusters, trust, True, 0.5, 0.3, spans[:0], spans[:0])
         assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(placed, laid))
 
 

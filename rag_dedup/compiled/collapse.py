@@ -28,7 +28,7 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "collapse_rows", "gathered", "pair_counts", "pair_counts_at", "similarity_rows"]
+__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -48,7 +48,18 @@ def pair_counts(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``|A ∩ B|`` of every pair of the ``n <= 64`` sets laid end to end in ``values`` (``counts[i]``
     values for set ``i``, unique within a set, low bit clear), as an ``(n, n)`` int64 array whose
     diagonal holds the sizes."""
-    return pair_counts_at(values, _end_to_end(counts))
+    return pair_counts_at(values, _end_to_end(counts), np.zeros(0, dtype=np.int64))  # no scratch
+
+
+#: Values a query's sets may hold in all for :func:`new_scratch`'s tables to serve it (at a load of at
+#: most one half: 4 x 16384 slots, 512 KB); a larger query allocates its own tables.
+SCRATCH_VALUES = 8192
+
+
+def new_scratch() -> np.ndarray:
+    """Memory for :func:`pair_counts_at`'s hash tables, all zeros, for one thread's calls (never two
+    calls at once: the tables are in use during a call)."""
+    return np.zeros(8 * SCRATCH_VALUES, dtype=np.int64)
 
 
 @kernel
@@ -82,10 +93,16 @@ def gathered(values: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 @kernel
-def pair_counts_at(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
+def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """:func:`pair_counts` of the ``n <= 64`` sets found anywhere in ``values``: set ``i`` is
     ``values[spans[i] >> 32 : (spans[i] >> 32) + (spans[i] & 0xFFFFFFFF)]`` (the shingle cache's arena,
-    :meth:`~rag_dedup.similarity.TextSimilarity.remembered_sets`), so a warm query copies no set."""
+    :meth:`~rag_dedup.similarity.TextSimilarity.remembered_sets`), so a warm query copies no set.
+
+    ``scratch``: the two hash tables' memory (:func:`new_scratch`: four regions, keys, masks, group keys,
+    group counts), reused by the caller's next call: the key regions must be all zeros and are left all
+    zeros again on return (only the slots used are cleared), the others are written before they are
+    read; so a query does not clear tables larger than its work. Too small (or empty): the tables are
+    allocated for the call."""
     n = spans.shape[0]
     total = 0
     for s in range(n):
@@ -99,8 +116,15 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
     size = 1 << bits
     shift = np.uint64(64 - bits)
     mask_of = size - 1
-    keys = np.zeros(size, dtype=np.uint64)
-    masks = np.zeros(size, dtype=np.uint64)
+    region = scratch.shape[0] // 4
+    reuse = size <= region  # then the group table (at most as many slots) fits too
+    if reuse:
+        table = scratch.view(np.uint64)
+        keys = table[:size]
+        masks = table[region : region + size]  # written before it is read: need not be clear
+    else:
+        keys = np.zeros(size, dtype=np.uint64)
+        masks = np.zeros(size, dtype=np.uint64)
     used = np.empty(total, dtype=np.int64)
     n_used = 0
     one = np.uint64(1)
@@ -127,8 +151,14 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
     group_size = 1 << group_bits
     group_shift = np.uint64(64 - group_bits)
     group_mask = group_size - 1
-    group_keys = np.zeros(group_size, dtype=np.uint64)
-    group_counts = np.zeros(group_size, dtype=np.int64)
+    if reuse:
+        group_keys = scratch[2 * region : 2 * region + group_size].view(np.uint64)
+        group_counts = scratch[3 * region : 3 * region + group_size]  # written before it is read
+        for u in range(n_used):
+            keys[used[u]] = 0  # the scratch clear again (read below only through `used`)
+    else:
+        group_keys = np.zeros(group_size, dtype=np.uint64)
+        group_counts = np.zeros(group_size, dtype=np.int64)
     golden = np.uint64(0x9E3779B97F4A7C15)  # masks are not uniform: mixed by a multiply first
     for u in range(n_used):
         m = masks[used[u]]
@@ -150,6 +180,7 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
         m = group_keys[g]
         if m == 0:
             continue
+        group_keys[g] = 0  # the scratch clear again
         c = group_counts[g]
         held = 0
         while m:
@@ -224,6 +255,7 @@ def collapse_rows(
     threshold: float,
     floor: float,
     spans: np.ndarray,
+    scratch: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The greedy pass of :class:`~rag_dedup.collapse.Collapser` over ``n <= 64`` passages with text.
 
@@ -237,6 +269,7 @@ def collapse_rows(
         spans: Empty: the sets lie end to end in ``values``, ``counts[i]`` for row ``i``; else row ``i``'s
             set is where ``spans[i]`` says (:func:`pair_counts_at`; ``counts`` is not read): the shingle
             cache's arena, for a query whose texts are all remembered.
+        scratch: Hash-table memory reused between calls (:func:`pair_counts_at`; empty: none).
 
     Returns:
         ``(kept, folds, similarity)``, compact, so that the caller's Python reads each decision once: the
@@ -251,10 +284,8 @@ def collapse_rows(
     reason = np.full(n, -1, dtype=np.int8)
     if not compare:
         inter = np.zeros((1, 1), dtype=np.int64)
-    elif spans.shape[0] == 0:
-        inter = pair_counts(values, counts)
     else:
-        inter = pair_counts_at(values, spans)
+        inter = pair_counts_at(values, _end_to_end(counts) if spans.shape[0] == 0 else spans, scratch)
     first_kept = np.full(n, -1, dtype=np.int64)  # trusted: the first kept row of each cluster
     cluster_rows = np.zeros(n, dtype=np.uint64)  # checked: the kept rows of each cluster, as bits
     kept_rows = np.uint64(0)
