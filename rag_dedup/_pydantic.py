@@ -38,7 +38,7 @@ def shallow_copy(model: _Model, update: dict[str, Any]) -> _Model:
     _set_attr(new, "__dict__", state)
     extra = model.__pydantic_extra__
     _set_extra(new, None if extra is None else dict(extra))
-    _set_fields_set(new, model.__pydantic_fields_set__ | update.keys())
+    _set_fields_set(new, model.__pydantic_fields_set__.union(update))  # a new set (`| update.keys()` takes a slower path)
     private = model.__pydantic_private__
     _set_private(new, None if private is None else {k: v for k, v in private.items() if v is not PydanticUndefined})
     return new
