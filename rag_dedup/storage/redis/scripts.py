@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "pair_blobs", "row_blob"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -61,24 +61,38 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns, for each row, the
-#: values of its buckets concatenated (group ids as '<u4', a group once per shared bucket).
-#: With ARGV[4] == '1', returns each bucket's value instead ('' for an empty one).
+#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns two blobs: for each row
+#: whose buckets hold a group, its number in the blob and the byte length of its buckets' values
+#: concatenated (two '<u4' each); and those values concatenated, row after row (group ids as '<u4', a
+#: group once per shared bucket). Most buckets a batch asks about are empty: the reply is two bulk
+#: strings, not one per row (which redis-py parses at several microseconds each). A value that is not
+#: whole '<u4' ids is returned alone as a third element instead (the storage names the damage).
 BUCKET_LOOKUP = """
-local pfx, blob, b, each = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-local out, parts = {}, {}
-if each then b = 1 end
+local pfx, blob, b = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local heads, parts, h, k = {}, {}, 0, 0
 for r = 0, #blob / (16 * b) - 1 do
-  local k = 0
+  local size = 0
   for j = 0, b - 1 do
     local p = (r * b + j) * 16 + 1
     local v = redis.call('hget', pfx .. string.sub(blob, p, p + 2), string.sub(blob, p + 3, p + 15))
-    if v then k = k + 1; parts[k] = v end
+    if v then
+      if #v % 4 ~= 0 then return {'', '', v} end
+      k = k + 1; parts[k] = v; size = size + #v
+    end
   end
-  out[r + 1] = table.concat(parts, '', 1, k)
+  if size > 0 then h = h + 1; heads[h] = struct.pack('<I4I4', r, size) end
 end
-return out
+return {table.concat(heads, '', 1, h), table.concat(parts, '', 1, k)}
 """
+
+
+def lookup_reply(reply: list[bytes]) -> tuple[np.ndarray, np.ndarray, bytes | None]:
+    """BUCKET_LOOKUP's reply as (row number of each group id found, the group ids, a bad value or None)."""
+    if len(reply) > 2:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), reply[2]
+    heads = np.frombuffer(reply[0], dtype="<u4").reshape(-1, 2).astype(np.int64)
+    gids = np.frombuffer(reply[1], dtype="<u4").astype(np.int64)
+    return np.repeat(heads[:, 0], heads[:, 1] >> 2), gids, None
 
 
 def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes]]:

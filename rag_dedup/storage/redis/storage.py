@@ -372,24 +372,24 @@ class RedisStorage(Bookkeeping):
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b, 0)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b)
                 if len(singles):
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1, 1)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1)
 
             replies = self._overlay.pipeline(build)
             for part, reply in zip(parts, replies):
-                found = self._bucket_ids(reply)
-                row_parts.append(np.repeat(part, [len(v) >> 2 for v in reply]))
+                at, found = self._bucket_ids(reply)
+                row_parts.append(part[at])
                 gid_parts.append(found)
             if len(singles):
-                values = replies[len(parts)]
-                for j, (k, value) in enumerate(zip(singles.tolist(), values)):
-                    found = self._bucket_ids([value])
-                    gone = rems.get(k)
-                    if gone:
-                        found = found[~np.isin(found, np.fromiter(gone, dtype=np.int64, count=len(gone)))]
-                    row_parts.append(np.full(len(found), apart[j // b], dtype=np.int64))
-                    gid_parts.append(found)
+                at, found = self._bucket_ids(replies[len(parts)])
+                keep = np.ones(len(found), dtype=bool)
+                for i, (j, g) in enumerate(zip(at.tolist(), found.tolist())):
+                    gone = rems.get(int(singles[j]))
+                    if gone and g in gone:
+                        keep[i] = False
+                row_parts.append(np.asarray(apart, dtype=np.int64)[at[keep] // b])
+                gid_parts.append(found[keep])
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
@@ -401,12 +401,16 @@ class RedisStorage(Bookkeeping):
         pairs = np.unique((np.concatenate(row_parts).astype(np.int64) << 32) | np.concatenate(gid_parts).astype(np.int64))
         return pairs >> 32, pairs & 0xFFFFFFFF
 
-    def _bucket_ids(self, values: Sequence[bytes]) -> np.ndarray:
-        """The group ids of buckets (or of rows of buckets) read back, as one int64 array."""
-        for v in values:
-            if len(v) % 4:
-                raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", v, ValueError("not whole '<u4' group ids"))
-        return np.frombuffer(b"".join(values), dtype="<u4").astype(np.int64)
+    def _bucket_ids(self, reply: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """A BUCKET_LOOKUP reply as (row number in its blob of each group id found, the group ids).
+
+        Raises:
+            CorruptIndexError: A bucket holds a value that is not whole '<u4' group ids.
+        """
+        at, found, bad = scripts.lookup_reply(reply)
+        if bad is not None:
+            raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", bad, ValueError("not whole '<u4' group ids"))
+        return at, found
 
     # --- components: group id -> component id -> packed members --------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
