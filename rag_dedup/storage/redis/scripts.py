@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -21,6 +21,27 @@ return 0
 RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
+"""
+#: Where the namespace stands, for an optimistic batch (read atomically). KEYS: commits, commit-log,
+#: lock, meta, next-group-id, groups; ARGV[1]: a commit count seen before, or -1.
+#: Returns {commits, lock held, meta exists, counter exists, groups exist, covered, entries...}: the
+#: log entries of the commits after ARGV[1], oldest first, when the log still holds all of them
+#: (covered = 1; else covered = 0 and no entries).
+COMMITS_SINCE = """
+local now = tonumber(redis.call('get', KEYS[1]) or '0')
+local since = tonumber(ARGV[1])
+local out = {now, redis.call('exists', KEYS[3]), redis.call('exists', KEYS[4]), redis.call('exists', KEYS[5]),
+             redis.call('exists', KEYS[6]), 1}
+if since >= 0 and now ~= since then
+  local n = now - since
+  if n < 0 or n > redis.call('llen', KEYS[2]) then
+    out[6] = 0
+  else
+    local entries = redis.call('lrange', KEYS[2], -n, -1)
+    for i = 1, #entries do out[6 + i] = entries[i] end
+  end
+end
+return out
 """
 #: Bulk set writes: KEYS[i] gets (or loses) member ARGV[i] (a key may repeat).
 SADD_PAIRS = "for i = 1, #KEYS do redis.call('sadd', KEYS[i], ARGV[i]) end return #KEYS"

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rag_dedup.errors import CorruptIndexError
+from rag_dedup.errors import CorruptIndexError, NamespaceLost, RedisUnavailable
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 from rag_dedup.storage.redis import connection, keys, scripts
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
@@ -22,7 +22,12 @@ from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSI
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
 from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
 
-__all__ = ["RedisStorage"]
+__all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
+
+#: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
+#: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
+#: third runs under the lock (as short: it starts from what the second read).
+OPTIMISTIC_ATTEMPTS = 2
 
 T = TypeVar("T")
 
@@ -110,9 +115,23 @@ class RedisStorage(Bookkeeping):
             options=self.options,
         )
         self._connect_round_trips = 1 if allow_eviction else 2
+        k = self.keys
         self._overlay = Overlay(
-            self._client, name=repr(self), url=url, prefix=self.keys.prefix, lock_key=self.keys.lock, guard=self.keys.meta
+            self._client,
+            name=repr(self),
+            url=url,
+            prefix=k.prefix,
+            lock_key=k.lock,
+            guard=k.meta,
+            commits_key=k.commits,
+            log_key=k.log,
+            counter_key=k.counter,
+            groups_key=k.hashes[Table.GROUPS],
         )
+        #: Optimistic attempts refused because another commit wrote what they read (each was run again).
+        self.conflicts = 0
+        #: Batches that ran under the lock after OPTIMISTIC_ATTEMPTS refused attempts.
+        self.fallbacks = 0
         self._lock = NamespaceLock(
             self._client, self.keys.lock, namespace=namespace, url=url, timeout=self.lock_timeout, wait=self.lock_wait
         )
@@ -169,6 +188,64 @@ class RedisStorage(Bookkeeping):
         self._client.close()
 
     # --- the lock and the batch ----------------------------------------------------------------
+    def run_batch(self, body: Callable[[], None]) -> None:
+        """Run ``body`` as one batch, optimistically: without the lock, committed only if nothing it read
+        was written by another commit meanwhile (see :mod:`~rag_dedup.storage.redis.overlay`).
+
+        A refused attempt is run again, reading afresh only what the other commits wrote (the rest of
+        what it read is kept); after ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
+        lock, where nothing can refuse it, so it never livelocks. ``body`` may therefore run several
+        times: it must only read and write this storage, from the same inputs each time. Inside
+        another batch (an open :meth:`lock`), it simply joins it. The lock stays the serialisation
+        point for everything else (``remove``, ``update``, ``drop``, the parameters): an optimistic
+        commit waits while it is held.
+
+        Raises:
+            LockTimeout: The lock stayed held for longer than ``lock_wait`` while this batch waited to commit.
+            NamespaceLost, RedisUnavailable: As :meth:`lock`.
+            Whatever ``body`` raises on values that no other commit changed.
+        """
+        overlay = self._overlay
+        if overlay.batch is not None:
+            with self.lock():
+                body()
+            return
+        carried: Batch | None = None
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            batch = overlay.begin(carried)
+            overlay.batch = batch
+            try:
+                try:
+                    body()
+                except (RedisUnavailable, NamespaceLost):
+                    raise
+                except Exception:
+                    # Read across other commits, the values may not fit together (a component named
+                    # but gone): an error counts only if nothing it read has changed.
+                    if overlay.validate(batch):
+                        raise
+                    outcome = "conflict"
+                else:
+                    outcome = self._commit_when_free(batch)
+            finally:
+                overlay.batch = None
+            if outcome == "committed":
+                return
+            self.conflicts += 1
+            carried = batch
+        self.fallbacks += 1
+        with self._locked(carried):
+            body()
+
+    def _commit_when_free(self, batch: Batch) -> str:
+        """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
+        wait = self._lock.waiter()
+        while True:
+            outcome = self._overlay.commit_optimistic(batch, self.keys.bucket_prefix)
+            if outcome != "locked":
+                return outcome
+            wait()
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the namespace's write lock; everything written inside is committed atomically at exit.
@@ -192,6 +269,14 @@ class RedisStorage(Bookkeeping):
             finally:
                 batch.depth -= 1
             return
+        with self._locked(None):
+            yield
+
+    @contextlib.contextmanager
+    def _locked(self, carried: Batch | None) -> Iterator[None]:
+        """The outermost :meth:`lock`; with ``carried`` (a refused optimistic attempt), the batch starts
+        from what that attempt read and nobody has written since (one more round trip)."""
+        overlay = self._overlay
         k = self.keys
         hold, (has_meta, has_counter, has_groups) = self._lock.acquire([k.meta, k.counter, k.hashes[Table.GROUPS]])
         committed = False
@@ -201,6 +286,8 @@ class RedisStorage(Bookkeeping):
             if has_groups and not has_counter:
                 raise overlay.lost("its group-id counter (key next-group-id) while it holds groups")
             batch = Batch(token=hold.token)
+            if carried is not None:
+                overlay.carry(carried, batch)
             overlay.batch = batch
             yield
             overlay.commit(batch, k.bucket_prefix, self._lock.lost_message)
@@ -358,13 +445,23 @@ class RedisStorage(Bookkeeping):
         batch = self._overlay.batch
         row_parts: list[np.ndarray] = []
         gid_parts: list[np.ndarray] = []
+        optimistic = batch is not None and batch.token is None
+        if optimistic and n and b:
+            batch.read_bands.append(rows.reshape(-1).copy())  # type: ignore[union-attr]
         if n and b and (batch is None or not batch.dropped):
             # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
-            # removals; every other row comes back as the concatenation of its buckets.
+            # removals; every other row comes back as the concatenation of its buckets. A row of one
+            # bucket that an earlier attempt of this batch read, and nobody wrote since, is not read again.
             rems = batch.unfiled if batch is not None else {}
-            flat = rows.reshape(-1).tolist() if rems else []
-            apart = [i for i in range(n) if rems and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
-            together = np.setdiff1d(np.arange(n), apart) if apart else np.arange(n)
+            cache = batch.seen_buckets if batch is not None and b == 1 else {}
+            flat = rows.reshape(-1).tolist() if rems or cache else []
+            cached = [i for i, k in enumerate(flat) if k in cache] if cache else []
+            done = set(cached)
+            apart = [
+                i for i in range(n) if rems and i not in done and any(rems.get(k) for k in flat[i * b : (i + 1) * b])
+            ]
+            skip = apart + cached
+            together = np.setdiff1d(np.arange(n), skip) if skip else np.arange(n)
             per_call = max(1, CHUNK // b)
             parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
             singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
@@ -376,10 +473,25 @@ class RedisStorage(Bookkeeping):
                 if len(singles):
                     p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1)
 
-            replies = self._overlay.pipeline(build)
+            replies = self._overlay.pipeline(build, tracked=True)
+            keep = optimistic and b == 1
             for part, reply in zip(parts, replies):
                 at, found = self._bucket_ids(reply)
                 row_parts.append(part[at])
+                gid_parts.append(found)
+                if keep:
+                    batch.bucket_replies.append((rows[part, 0], reply))  # type: ignore[union-attr]
+            if len(singles) and keep:
+                batch.bucket_replies.append((singles, replies[len(parts)]))  # type: ignore[union-attr]
+            if cached:
+                values = [cache[flat[i]] for i in cached]
+                found = self._bucket_ids(values)
+                owner = np.repeat(np.asarray(cached, dtype=np.int64), [len(v) >> 2 for v in values])
+                if rems:  # take out what this batch took out of those buckets
+                    keys_of = np.repeat(rows[cached, 0], [len(v) >> 2 for v in values])
+                    out = [g in rems.get(k, ()) for k, g in zip(keys_of.tolist(), found.tolist())]
+                    found, owner = found[~np.array(out, dtype=bool)], owner[~np.array(out, dtype=bool)]
+                row_parts.append(owner)
                 gid_parts.append(found)
             if len(singles):
                 at, found = self._bucket_ids(replies[len(parts)])
