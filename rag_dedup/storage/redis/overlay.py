@@ -38,7 +38,7 @@ from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost
 from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
 
-__all__ = ["Batch", "Overlay", "write_prints"]
+__all__ = ["Batch", "BucketCache", "Overlay", "write_prints"]
 
 #: Fields or commands per request part: keeps each command's argument list and reply moderate.
 CHUNK = 4096
@@ -67,6 +67,65 @@ def _among(values: np.ndarray, written: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), dtype=bool)
     at = np.minimum(np.searchsorted(written, values), len(written) - 1)
     return written[at] == values
+
+
+def _gather(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The segments ``values[starts[i] : starts[i] + lens[i]]``, concatenated."""
+    total = int(lens.sum())
+    if not total:
+        return values[:0]
+    ends = np.cumsum(lens)
+    return values[np.repeat(starts - (ends - lens), lens) + np.arange(total)]
+
+
+class BucketCache:
+    """Buckets read by a refused attempt of a batch and written by nobody since, by band key: the group
+    ids of each, for the next attempt (arrays, so that looking up 20,000 band keys is a few numpy calls)."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, dtype=np.uint64)  # sorted, distinct
+        self.starts = np.zeros(1, dtype=np.int64)  # key i's group ids: gids[starts[i] : starts[i + 1]]
+        self.gids = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _keep(self, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray, gids: np.ndarray) -> None:
+        self.keys, self.gids = keys, _gather(gids, starts, lens)
+        self.starts = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+
+    def add(self, replies: Sequence[tuple[np.ndarray, Sequence[bytes]]]) -> None:
+        """Add buckets read as (band keys, raw values: group ids as '<u4', already checked)."""
+        if not replies:
+            return
+        lens = [np.diff(self.starts), *(np.fromiter((len(v) >> 2 for v in vals), np.int64, len(vals)) for _, vals in replies)]
+        gids = [self.gids, *(np.frombuffer(b"".join(vals), dtype="<u4").astype(np.int64) for _, vals in replies)]
+        keys = np.concatenate([self.keys, *(np.asarray(k, dtype=np.uint64) for k, _ in replies)])
+        length = np.concatenate(lens)
+        starts = np.cumsum(length) - length
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        first = np.concatenate(([True], keys[1:] != keys[:-1])) if len(keys) else np.ones(0, dtype=bool)
+        chosen = order[first]  # a key read twice holds one value: either will do
+        self._keep(keys[first], starts[chosen], length[chosen], np.concatenate(gids))
+
+    def drop(self, written: np.ndarray) -> None:
+        """Forget the buckets of ``written`` band keys (sorted)."""
+        kept = ~_among(self.keys, written)
+        if not kept.all():
+            lens = np.diff(self.starts)
+            self._keep(self.keys[kept], self.starts[:-1][kept], lens[kept], self.gids)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For band keys (one a row): the rows found here, and (row, group id) for every id of their buckets."""
+        if not len(self):
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        rows = np.flatnonzero(self.keys[at] == keys)
+        found = at[rows]
+        lens = self.starts[found + 1] - self.starts[found]
+        return rows, np.repeat(rows, lens), _gather(self.gids, self.starts[found], lens)
 
 
 def _field_names(table: Mapping[bytes, Mapping[bytes, Any]]) -> list[bytes]:
@@ -103,7 +162,7 @@ class Batch:
     # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
     # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
     bucket_replies: list[tuple[np.ndarray, list[bytes]]] = field(default_factory=list)
-    seen_buckets: dict[int, bytes] = field(default_factory=dict)
+    seen_buckets: BucketCache = field(default_factory=BucketCache)
     dropped: bool = False  # drop() was called: Redis holds nothing of the namespace for this batch
     strings: dict[bytes, bytes | None] = field(default_factory=dict)  # None: deleted
     hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)  # None: field deleted
@@ -134,7 +193,8 @@ class Batch:
     def drop_all(self) -> None:
         """Forget every pending write and everything read: the namespace is deleted at commit."""
         self.dropped = True
-        tables = (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets, self.seen_buckets)
+        self.seen_buckets = BucketCache()
+        tables = (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets)
         for table in tables:
             table.clear()
         self.cleared.clear()
@@ -600,7 +660,7 @@ class Overlay:
         hash_hits = _among(_prints(_field_names(batch.seen_hashes)), written)
         set_hits = _among(_prints(list(batch.seen_sets)), written)
         string_hits = _among(_prints(list(batch.seen_strings)), written)
-        bands = np.concatenate([*batch.read_bands, np.fromiter(batch.seen_buckets, dtype=np.uint64, count=len(batch.seen_buckets))])
+        bands = np.concatenate([*batch.read_bands, batch.seen_buckets.keys])
         band_hits = _among(bands, written)
         if not (hash_hits.any() or set_hits.any() or string_hits.any() or band_hits.any()):
             return False
@@ -620,13 +680,12 @@ class Overlay:
         """Keep the buckets the batch read in ``seen_buckets`` but those of ``written`` band keys (all of
         them, and every other read, when ``written`` is None)."""
         if written is None:
-            for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings, batch.seen_buckets):
+            for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings):
                 table.clear()
+            batch.seen_buckets = BucketCache()
         else:
-            for keys, values in batch.bucket_replies:
-                batch.seen_buckets.update(zip(keys.tolist(), values))
-            for k in written.tolist():
-                batch.seen_buckets.pop(k, None)
+            batch.seen_buckets.add(batch.bucket_replies)
+            batch.seen_buckets.drop(written)
         batch.bucket_replies.clear()
 
     def validate(self, batch: Batch) -> bool:

@@ -453,15 +453,15 @@ class RedisStorage(Bookkeeping):
             # removals; every other row comes back as the concatenation of its buckets. A row of one
             # bucket that an earlier attempt of this batch read, and nobody wrote since, is not read again.
             rems = batch.unfiled if batch is not None else {}
-            cache = batch.seen_buckets if batch is not None and b == 1 else {}
-            flat = rows.reshape(-1).tolist() if rems or cache else []
-            cached = [i for i, k in enumerate(flat) if k in cache] if cache else []
-            done = set(cached)
-            apart = [
-                i for i in range(n) if rems and i not in done and any(rems.get(k) for k in flat[i * b : (i + 1) * b])
-            ]
-            skip = apart + cached
-            together = np.setdiff1d(np.arange(n), skip) if skip else np.arange(n)
+            cached = np.empty(0, dtype=np.int64)
+            if batch is not None and b == 1 and len(batch.seen_buckets):
+                cached, cached_rows, cached_gids = batch.seen_buckets.lookup(rows[:, 0])
+            flat = rows.reshape(-1).tolist() if rems else []
+            todo = np.ones(n, dtype=bool)
+            todo[cached] = False
+            apart = [i for i in range(n) if rems and todo[i] and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
+            todo[apart] = False
+            together = np.flatnonzero(todo)
             per_call = max(1, CHUNK // b)
             parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
             singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
@@ -483,16 +483,13 @@ class RedisStorage(Bookkeeping):
                     batch.bucket_replies.append((rows[part, 0], reply))  # type: ignore[union-attr]
             if len(singles) and keep:
                 batch.bucket_replies.append((singles, replies[len(parts)]))  # type: ignore[union-attr]
-            if cached:
-                values = [cache[flat[i]] for i in cached]
-                found = self._bucket_ids(values)
-                owner = np.repeat(np.asarray(cached, dtype=np.int64), [len(v) >> 2 for v in values])
+            if len(cached):
                 if rems:  # take out what this batch took out of those buckets
-                    keys_of = np.repeat(rows[cached, 0], [len(v) >> 2 for v in values])
-                    out = [g in rems.get(k, ()) for k, g in zip(keys_of.tolist(), found.tolist())]
-                    found, owner = found[~np.array(out, dtype=bool)], owner[~np.array(out, dtype=bool)]
-                row_parts.append(owner)
-                gid_parts.append(found)
+                    keys_of = rows[cached_rows, 0].tolist()
+                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(keys_of, cached_gids.tolist())], dtype=bool)
+                    cached_rows, cached_gids = cached_rows[kept], cached_gids[kept]
+                row_parts.append(cached_rows)
+                gid_parts.append(cached_gids)
             if len(singles):
                 at, found = self._bucket_ids(replies[len(parts)])
                 keep = np.ones(len(found), dtype=bool)
