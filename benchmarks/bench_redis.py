@@ -21,11 +21,16 @@ Configurations, for each tree, on the same chunks and (for Redis) a fresh namesp
 
 "Memory per chunk" is the growth of the server's ``used_memory`` over configuration 2, divided by the
 chunks. "Lock held" is the time one process spent inside the storage's write lock (what the second
-worker cannot overlap). "Cores busy" is the CPU time of configuration 2 (the worker's own
+worker cannot overlap; with optimistic batches, only the batches that fall back to the lock and the
+index's opening hold it). "Cores busy" is the CPU time of configuration 2 (the worker's own
 ``process_time`` plus the server's ``used_cpu_user + used_cpu_sys``) over its wall time: two workers
 need twice that, so on a machine of 2 cores the most two processes can give over one is
 ``2 / cores busy`` (the ceiling printed beside the measured ratio), before any lock is counted. On a 2-core machine the server, the two workers and anything else running
-share two cores: read the ratios, not the absolute numbers.
+share two cores: read the ratios, not the absolute numbers. "CPU per chunk" (the workers' and the
+server's CPU over the chunks) is the figure a loaded machine disturbs least: what a second worker
+costs in work (conflicts run again, polling for the lock), whatever the cores it got. "Conflicts" are
+optimistic attempts refused because another commit wrote what they read, and run again; "fallbacks"
+the batches that then ran under the lock (a tree without optimistic batches shows 0).
 """
 
 from __future__ import annotations
@@ -95,7 +100,9 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
     ready.set()
     start.wait()
     before = index.storage.round_trips
+    cpu = time.process_time()
     index.add_many(items)
+    cpu = time.process_time() - cpu
     storage = index.storage
     # conflicts, fallbacks: optimistic attempts run again, batches run under the lock (0 for a tree without them)
     results.put(
@@ -105,12 +112,18 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
             storage.lock_wait_seconds,
             getattr(storage, "conflicts", 0),
             getattr(storage, "fallbacks", 0),
+            cpu,
         )
     )
 
 
-def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) -> tuple[float, int, float, int, int, Any]:
-    """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace."""
+def run_workers(
+    url: str, namespace: str, items: list[tuple[str, str]], n: int
+) -> tuple[float, int, float, int, int, float, Any]:
+    """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace; the sums of
+    their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's)."""
+    import redis
+
     from rag_dedup import DedupIndex
 
     index = DedupIndex(storage=url, namespace=namespace)
@@ -123,15 +136,19 @@ def run_workers(url: str, namespace: str, items: list[tuple[str, str]], n: int) 
         p.start()
     for r in readies:
         r.wait()
+    client = redis.Redis.from_url(url)
+    server0 = server_cpu(client)
     t0 = time.monotonic()
     start.set()
     reports = [results.get() for _ in procs]
+    server = server_cpu(client) - server0
+    client.close()
     for p in procs:
         p.join()
         if p.exitcode != 0:
             sys.exit(f"a worker failed with exit code {p.exitcode}")
-    sums = [sum(r[i] for r in reports) for i in range(1, 5)]
-    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], index
+    sums = [sum(r[i] for r in reports) for i in range(1, 6)]
+    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index
 
 
 def server_cpu(client: Any) -> float:
@@ -196,7 +213,7 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     same_one = partition(one, keys) == expected
     one.drop()
 
-    t_two, rt_two, waited, conflicts, fallbacks, two = run_workers(url, f"bench-redis-{tag}-2", items, 2)
+    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two = run_workers(url, f"bench-redis-{tag}-2", items, 2)
     same_two = partition(two, keys) == expected
     two.drop()
     client.close()
@@ -209,6 +226,7 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
         "waited": waited,
         "conflicts": conflicts,
         "fallbacks": fallbacks,
+        "cpu_two": cpu_two,
         "cpu_one": cpu_one,
         "server_one": server_one,
         "rt_one": rt_one,
@@ -265,6 +283,10 @@ def main() -> None:
     def busy(r: dict[str, Any]) -> float:
         return float(r["cpu_one"] + r["server_one"]) / float(r["t_one"])
 
+    def cpu_per(r: dict[str, Any], run: str) -> float:
+        total = r["cpu_one"] + r["server_one"] if run == "one" else r["cpu_two"]
+        return float(total) / n * 1e6
+
     rows = [
         ("add_many in memory, 1 process (chunks/s)", n / base["t_mem"], n / this["t_mem"], "{:,.0f}"),
         ("add_many on Redis, 1 process (chunks/s)", n / base["t_one"], n / this["t_one"], "{:,.0f}"),
@@ -275,6 +297,8 @@ def main() -> None:
         ("  the worker's CPU / wall", base["cpu_one"] / base["t_one"], this["cpu_one"] / this["t_one"], "{:.2f}"),
         ("  redis-server's CPU / wall", base["server_one"] / base["t_one"], this["server_one"] / this["t_one"], "{:.2f}"),
         ("ceiling of 2 processes / 1 on 2 cores: 2 / cores busy", 2 / busy(base), 2 / busy(this), "{:.2f}x"),
+        ("CPU per chunk, 1 process (its CPU + server CPU)", cpu_per(base, "one"), cpu_per(this, "one"), "{:.0f} us"),
+        ("CPU per chunk, 2 processes (their CPU + server CPU)", cpu_per(base, "two"), cpu_per(this, "two"), "{:.0f} us"),
         ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
         ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
         ("optimistic attempts run again, 2 processes (conflicts)", base["conflicts"], this["conflicts"], "{:,.0f}"),
