@@ -94,13 +94,14 @@ class BucketCache:
         self.keys, self.gids = keys, _gather(gids, starts, lens)
         self.starts = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
 
-    def add(self, replies: Sequence[tuple[np.ndarray, Sequence[bytes]]]) -> None:
-        """Add buckets read as (band keys, raw values: group ids as '<u4', already checked)."""
+    def add(self, replies: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Add buckets read as (band keys, the position in them of each group id found, the group ids),
+        the ids of one key together (as BUCKET_LOOKUP answers them, see ``scripts.lookup_reply``)."""
         if not replies:
             return
-        lens = [np.diff(self.starts), *(np.fromiter((len(v) >> 2 for v in vals), np.int64, len(vals)) for _, vals in replies)]
-        gids = [self.gids, *(np.frombuffer(b"".join(vals), dtype="<u4").astype(np.int64) for _, vals in replies)]
-        keys = np.concatenate([self.keys, *(np.asarray(k, dtype=np.uint64) for k, _ in replies)])
+        lens = [np.diff(self.starts), *(np.bincount(at, minlength=len(k)).astype(np.int64) for k, at, _ in replies)]
+        gids = [self.gids, *(found for _, _, found in replies)]
+        keys = np.concatenate([self.keys, *(np.asarray(k, dtype=np.uint64) for k, _, _ in replies)])
         length = np.concatenate(lens)
         starts = np.cumsum(length) - length
         order = np.argsort(keys, kind="stable")
@@ -161,7 +162,7 @@ class Batch:
     read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read
     # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
     # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
-    bucket_replies: list[tuple[np.ndarray, list[bytes]]] = field(default_factory=list)
+    bucket_replies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     seen_buckets: BucketCache = field(default_factory=BucketCache)
     dropped: bool = False  # drop() was called: Redis holds nothing of the namespace for this batch
     strings: dict[bytes, bytes | None] = field(default_factory=dict)  # None: deleted

@@ -480,9 +480,7 @@ class RedisStorage(Bookkeeping):
                 row_parts.append(part[at])
                 gid_parts.append(found)
                 if keep:
-                    batch.bucket_replies.append((rows[part, 0], reply))  # type: ignore[union-attr]
-            if len(singles) and keep:
-                batch.bucket_replies.append((singles, replies[len(parts)]))  # type: ignore[union-attr]
+                    batch.bucket_replies.append((rows[part, 0], at, found))  # type: ignore[union-attr]
             if len(cached):
                 if rems:  # take out what this batch took out of those buckets
                     keys_of = rows[cached_rows, 0].tolist()
@@ -492,13 +490,15 @@ class RedisStorage(Bookkeeping):
                 gid_parts.append(cached_gids)
             if len(singles):
                 at, found = self._bucket_ids(replies[len(parts)])
-                keep = np.ones(len(found), dtype=bool)
+                if keep:
+                    batch.bucket_replies.append((singles, at, found))  # type: ignore[union-attr]
+                kept = np.ones(len(found), dtype=bool)
                 for i, (j, g) in enumerate(zip(at.tolist(), found.tolist())):
                     gone = rems.get(int(singles[j]))
                     if gone and g in gone:
-                        keep[i] = False
-                row_parts.append(np.asarray(apart, dtype=np.int64)[at[keep] // b])
-                gid_parts.append(found[keep])
+                        kept[i] = False
+                row_parts.append(np.asarray(apart, dtype=np.int64)[at[kept] // b])
+                gid_parts.append(found[kept])
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
