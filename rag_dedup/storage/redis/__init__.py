@@ -27,7 +27,8 @@ committed at its end in one ``MULTI``/``EXEC``, only if no other commit meanwhil
 
 **Round trips.** Each storage call answers with one pipelined round trip, whatever the batch size;
 bucket writes and lookups run as server-side scripts over hex blobs of band keys, not as a command
-per bucket. Inside a batch, what was read is kept, and asking for components reads ahead what the
+per bucket, and a lookup answers two blobs (the rows that hit and their group ids), not a reply per
+bucket. Inside a batch, what was read is kept, and asking for components reads ahead what the
 index reads next to recluster them, so that a batch costs about twenty round trips in all, not one
 per band, per chunk or per cluster. :attr:`RedisStorage.round_trips` counts them.
 
