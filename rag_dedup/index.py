@@ -502,7 +502,10 @@ class DedupIndex:
         sets = [all_sets[i] for i in first.values()]
         del all_sets
         band_keys = self._band_keys(sets)
-        with storage.lock():
+
+        # The storage phase; a shared store may run it more than once (Storage.run_batch), so it starts
+        # from the same items and digests each time.
+        def store(items: Sequence[_Item] = items, digests: list[bytes | None] = digests) -> None:
             gid_of = dict(zip(unique, storage.find_groups(unique)))
             # Re-adding a key is a no-op when nothing about it changed (a retried batch), else an error;
             # checked before anything is written.
@@ -549,6 +552,8 @@ class DedupIndex:
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
             self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous)
+
+        storage.run_batch(store)
 
     def _lookup_buckets(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The stored groups of every bucket of ``band_keys`` (an ``(n, b)`` array), each bucket asked once.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -68,6 +68,16 @@ class Storage(ABC):
     def lock(self) -> contextlib.AbstractContextManager[Any]:
         """A context manager that holds the store's write lock (a no-op for a private store)."""
         return contextlib.nullcontext()
+
+    def run_batch(self, body: Callable[[], None]) -> None:
+        """Run ``body``, the reads and writes of one batch of the index, as one batch: here under :meth:`lock`.
+
+        A shared store may run ``body`` more than once (RedisStorage commits optimistically and runs a
+        batch again when another worker changed what it read): ``body`` must only read and write the
+        store, from the same inputs each time.
+        """
+        with self.lock():
+            body()
 
     # --- items ------------------------------------------------------------------------------
     @abstractmethod

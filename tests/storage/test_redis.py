@@ -138,7 +138,9 @@ def test_every_storage_method_answers_like_memory(redis_url, namespace, in_one_b
     else:
         got = exercise(storage)
     assert got == expected
-    assert _namespace_keys(redis_url, namespace) == []  # drop() left nothing behind, not even the lock
+    # drop() left nothing behind, not even the lock, but the commit counter (it only grows: a batch that
+    # started before the drop must not find, after it, the count it started from)
+    assert _namespace_keys(redis_url, namespace) == [f"{namespace}:commits".encode()]
 
 
 def test_storage_is_shared_and_writes_are_not_pickled(redis_url, namespace):
@@ -152,6 +154,7 @@ def test_storage_is_shared_and_writes_are_not_pickled(redis_url, namespace):
         values = (
             [client.get(key)] if kind == b"string"
             else list(client.hgetall(key).values()) if kind == b"hash"
+            else client.lrange(key, 0, -1) if kind == b"list"
             else list(client.smembers(key))
         )  # fmt: skip
         pickles += [key for v in values if v.startswith(b"\x80") and v[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")]
@@ -364,7 +367,8 @@ def test_namespaces_are_separate_and_drop_removes_only_its_own(redis_url):
     assert ITEMS[0]["key"] in a and ITEMS[0]["key"] not in b
     expected_b = state(b)
     a.drop()
-    assert _namespace_keys(redis_url, "x\\*") == [b"x*:format", b"x*:meta"]  # an empty index: only its layout and parameters
+    # an empty index: only its commit counter, layout and parameters
+    assert _namespace_keys(redis_url, "x\\*") == [b"x*:commits", b"x*:format", b"x*:meta"]
     assert len(a) == 0 and ITEMS[0]["key"] not in a
     assert state(b) == expected_b
     a.add_many(ITEMS[:40])  # usable again after drop
@@ -376,25 +380,26 @@ def test_namespaces_are_separate_and_drop_removes_only_its_own(redis_url):
     [
         pytest.param({"meta": b'{"b": 21}', "next_gid": b"7", "cof": None}, r"key layout 1 \(written by an older rag-dedup", id="layout-1"),
         pytest.param({"next_gid": b"7", "comp": None}, r"key layout 1", id="layout-1-without-meta"),
-        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 3"}, r"b'rag-dedup-redis 3'", id="a-newer-layout"),
+        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 2"}, r"b'rag-dedup-redis 2'", id="layout-2"),
+        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 4"}, r"b'rag-dedup-redis 4'", id="a-newer-layout"),
     ],
 )
 def test_a_namespace_in_another_key_layout_is_refused_with_what_to_do(redis_url, namespace, keys, held):
-    """The key layout changed (readable names, layout 2): an old namespace must not be read as an empty or a
-    damaged one, and drop() still clears it."""
+    """The key layout changed (readable names in layout 2, the commit log in 3): an old namespace must not
+    be read as an empty or a damaged one, and drop() still clears it."""
     client = redis.Redis.from_url(redis_url)
     for name, value in keys.items():
         if value is None:
             client.hset(f"{namespace}:{name}", "1", "x")
         else:
             client.set(f"{namespace}:{name}", value)
-    with pytest.raises(CorruptIndexError, match=held + r".*reads key layout 2 only.*drop\(\)"):
+    with pytest.raises(CorruptIndexError, match=held + r".*reads key layout 3 only.*drop\(\)"):
         DedupIndex(storage=redis_url, namespace=namespace)
     RedisStorage(redis_url, namespace=namespace).drop()
-    assert _namespace_keys(redis_url, namespace) == []
+    assert _namespace_keys(redis_url, namespace) == [f"{namespace}:commits".encode()]
     index = DedupIndex(storage=redis_url, namespace=namespace)
     index.add_many(ITEMS[:10])
-    assert client.get(f"{namespace}:format") == b"rag-dedup-redis 2"
+    assert client.get(f"{namespace}:format") == b"rag-dedup-redis 3"
     client.close()
 
 

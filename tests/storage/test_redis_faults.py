@@ -80,6 +80,8 @@ def snapshot(url: str, namespace: str) -> dict[bytes, Any]:
                 out[key] = client.get(key)
             elif kind == b"hash":
                 out[key] = client.hgetall(key)
+            elif kind == b"list":
+                out[key] = client.lrange(key, 0, -1)
             else:
                 out[key] = client.smembers(key)
     finally:

@@ -12,25 +12,29 @@ module                its job
 ====================  ==========================================================================
 ``storage.py``        :class:`RedisStorage`: the bookkeeping tables as Redis primitives
 ``keys.py``           the key layout (names, types, version) and every value's encoding
-``overlay.py``        a batch's pending writes and read cache, and its commit in one MULTI/EXEC
+``overlay.py``        a batch's pending writes, read cache and read set, and its commit in one MULTI/EXEC
 ``lock.py``           the namespace write lock: take, renew from a thread, release (injectable clock)
 ``connection.py``     URLs (passwords hidden), TLS hints, connecting, the eviction-policy check
-``scripts.py``        the Lua scripts (bucket writes and unions, lock release and renewal)
+``scripts.py``        the Lua scripts (bucket writes and unions, the commit log, lock release and renewal)
 ====================  ==========================================================================
 
-**Batches are atomic.** The index enters :meth:`RedisStorage.lock` around every batch it writes; the
-writes of the batch are committed at its end in one ``MULTI``/``EXEC`` guarded by ``WATCH`` on the
-lock, or not at all (see :mod:`~rag_dedup.storage.redis.overlay`).
+**Batches are atomic, and run without the lock.** The index runs each batch of ``add``/``add_many``
+through :meth:`RedisStorage.run_batch`: read and computed without the namespace lock, its writes
+committed at its end in one ``MULTI``/``EXEC``, only if no other commit meanwhile wrote what it read
+(else it runs again on fresh values; after two refusals, under the lock), or not at all. ``remove``,
+``update``, ``drop`` and the parameters run under :meth:`RedisStorage.lock`, committed in one
+``MULTI``/``EXEC`` guarded by ``WATCH`` on the lock (see :mod:`~rag_dedup.storage.redis.overlay`).
 
 **Round trips.** Each storage call answers with one pipelined round trip, whatever the batch size;
 bucket writes and lookups run as server-side scripts over hex blobs of band keys, not as a command
-per bucket. Inside a batch, what was read is kept, and asking for components reads ahead what the
+per bucket, and a lookup answers two blobs (the rows that hit and their group ids), not a reply per
+bucket. Inside a batch, what was read is kept, and asking for components reads ahead what the
 index reads next to recluster them, so that a batch costs about twenty round trips in all, not one
 per band, per chunk or per cluster. :attr:`RedisStorage.round_trips` counts them.
 
 **Nothing lost silently.** Connecting refuses a server whose ``maxmemory-policy`` is not
 ``noeviction`` (:class:`~rag_dedup.errors.RedisConfigurationError`; ``allow_eviction=True`` accepts it).
-Once this object has seen the namespace hold an index, taking the lock also asks (in the same round
+Once this object has seen the namespace hold an index, starting a batch also asks (in the same round
 trip) whether ``ns:meta`` still exists, and whether ``ns:next-group-id`` does while ``ns:groups``
 does; every read outside a batch asks for ``ns:meta`` in its pipeline. A namespace that lost them
 raises :class:`~rag_dedup.errors.NamespaceLost` before anything is written. Every value read back is

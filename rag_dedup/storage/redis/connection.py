@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from rag_dedup.errors import RedisConfigurationError, RedisUnavailable
@@ -25,7 +26,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     RedisTimeoutError = TimeoutError  # type: ignore[misc,assignment]
     WatchError = RuntimeError  # type: ignore[misc,assignment]
 
-__all__ = ["CONNECTION_ERRORS", "check_url", "connect", "redact", "require_redis", "unavailable"]
+__all__ = ["CONNECTION_ERRORS", "LinearPacker", "check_url", "connect", "redact", "require_redis", "unavailable"]
 
 #: What redis-py raises when the connection drops or a reply does not come in time.
 CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError)
@@ -105,6 +106,10 @@ def connect(
     """
     require_redis()
     client = redis_py.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout, **options)
+    pool = client.connection_pool
+    if not redis_py.utils.HIREDIS_AVAILABLE and "command_packer" not in pool.connection_kwargs:
+        # Before the first connection is made (connections take their packer when they are created).
+        pool.connection_kwargs["command_packer"] = LinearPacker(pool.get_encoder().encode)
     try:
         client.ping()
     except redis_py.exceptions.AuthenticationError as exc:
@@ -123,6 +128,30 @@ def connect(
     if not allow_eviction:
         _check_eviction_policy(client, url)
     return client
+
+
+class LinearPacker:
+    """redis-py's pure-Python command packer, in time linear in the command's size.
+
+    redis-py's own (``PythonRespSerializer``, used without hiredis) appends each argument to a buffer
+    of up to 6 KB that it copies whole every time: a command of many short arguments (an HSET of
+    thousands of fields, a script call over thousands of keys, which a batch's commit is made of)
+    costs a copy of kilobytes per argument. This one writes each argument once and joins them at the
+    end; the bytes sent are the same (the RESP array of the encoded arguments, a first argument with
+    spaces split as redis-py splits it). With hiredis installed, redis-py packs in C and this is not used.
+    """
+
+    def __init__(self, encode: Callable[[Any], bytes]) -> None:
+        self.encode = encode
+
+    def pack(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        encode = self.encode
+        raws = [a if type(a) is bytes else encode(a) for a in args]  # most arguments are bytes already
+        return [b"".join([b"*%d\r\n" % len(raws), *(b"$%d\r\n%b\r\n" % (len(r), r) for r in raws)])]
 
 
 def _check_eviction_policy(client: Any, url: str) -> None:

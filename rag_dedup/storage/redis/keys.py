@@ -1,11 +1,13 @@
 """The Redis key layout of a namespace, its version, and how each value is written and read back.
 
-Key layout 2 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
+Key layout 3 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
 
     key                      type    holds
-    ns:format                string  the key layout: "rag-dedup-redis 2"
+    ns:format                string  the key layout: "rag-dedup-redis 3"
     ns:meta                  string  JSON of the index parameters
     ns:lock                  string  the write lock: a random token, with an expiry
+    ns:commits               string  how many batches have committed (INCR at each commit; drop() keeps it)
+    ns:commit-log            list    the last commits' write sets: each the sorted '>u8' fingerprints of what it wrote
     ns:next-group-id         string  the group-id counter (INCRBY hands out ids; a failed batch leaves a gap)
     ns:items                 hash    item key -> JSON [gid, length, source, authority, first_seen]
     ns:source:<source>       set     the item keys added with that source
@@ -24,7 +26,9 @@ JSON, decimal ids or raw little-endian integers, and each is decoded strictly he
 ValueError, TypeError, ... on anything rag-dedup does not write; the storage turns that into a
 :class:`~rag_dedup.errors.CorruptIndexError` naming the key and field).
 
-**Versions.** Layout 1 (rag-dedup before the storage split) had no ``ns:format`` and shorter names
+**Versions.** Layout 2 had no ``ns:commits`` and ``ns:commit-log``: a layout-2 writer would commit
+without logging, under the noses of optimistic batches, so it must not share a namespace with this one.
+Layout 1 (rag-dedup before the storage split) had no ``ns:format`` and shorter names
 (``gm:``, ``b:``, ``comp``, ``cm:``, ``cof``, ``src:``, ``next_gid``). Opening a namespace whose format
 is not :data:`FORMAT` raises :class:`~rag_dedup.errors.CorruptIndexError` saying which layout it holds
 and what to do, before anything is read or written; a change of this table must bump
@@ -62,6 +66,8 @@ class Layout:
         self.format = p + b"format"
         self.meta = p + b"meta"
         self.lock = p + b"lock"
+        self.commits = p + b"commits"
+        self.log = p + b"commit-log"
         self.counter = p + b"next-group-id"
         self.bucket_prefix = p + b"buckets:"
         self.component_prefix = p + b"component:"

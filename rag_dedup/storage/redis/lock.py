@@ -17,7 +17,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rag_dedup.errors import LockTimeout
@@ -129,16 +129,37 @@ class NamespaceLock:
                 self.wait_seconds += clock.now() - started
                 return self._hold(token), found
             if clock.now() >= deadline:
-                raise LockTimeout(
-                    f"could not take the write lock of namespace {self.namespace!r} at {redact(self.url)} "
-                    f"within lock_wait={self.wait:g} s: another worker holds it. If a worker crashed "
-                    f"while holding it, it expires within lock_timeout={self.timeout:g} s; otherwise "
-                    "raise lock_wait or use smaller batches"
-                )
+                raise self._timeout("could not take")
             # Poll with a short, jittered backoff: a batch holds the lock only while it commits,
             # and a waiter that sleeps much longer than that leaves the store idle.
             clock.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.004)
+
+    def _timeout(self, what: str) -> LockTimeout:
+        return LockTimeout(
+            f"{what} the write lock of namespace {self.namespace!r} at {redact(self.url)} "
+            f"within lock_wait={self.wait:g} s: another worker holds it. If a worker crashed "
+            f"while holding it, it expires within lock_timeout={self.timeout:g} s; otherwise "
+            "raise lock_wait or use smaller batches"
+        )
+
+    def waiter(self) -> Callable[[], None]:
+        """A pause for a batch that waits for the lock to be free (an optimistic commit): each call
+        sleeps a little longer, as :meth:`acquire` does between attempts, and counts in
+        :attr:`wait_seconds`; a call after ``wait`` seconds raises :class:`LockTimeout`."""
+        clock = self.clock
+        deadline = clock.now() + self.wait
+        delay = [0.0005]
+
+        def pause() -> None:
+            now = clock.now()
+            if now >= deadline:
+                raise self._timeout("could not commit a batch, which waits for a free moment of")
+            clock.sleep(delay[0] * (0.5 + random.random()))
+            delay[0] = min(delay[0] * 2, 0.004)
+            self.wait_seconds += clock.now() - now
+
+        return pause
 
     def _hold(self, token: bytes) -> Hold:
         hold = Hold(token)

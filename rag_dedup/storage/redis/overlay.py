@@ -1,12 +1,24 @@
 """A batch's pending writes and read cache over Redis, and its commit in one ``MULTI``/``EXEC``.
 
-Inside the lock, writes go to a local overlay (:class:`Batch`) that every read consults, so the batch
-sees its own pending writes; what it reads from Redis is kept (nobody else can write while the lock is
-held), so a second read of the same thing costs no round trip. At the end the overlay is committed in
-one ``MULTI``/``EXEC`` guarded by ``WATCH`` on the lock key, which also deletes the lock. If the lock
-was lost meanwhile (it expired, or the connection dropped), ``EXEC`` does nothing and the batch raises.
-If the batch raises for any reason, the overlay is thrown away: nothing of it reaches Redis. Reads
-outside a batch go straight to Redis (one pipelined round trip each) and see committed batches only.
+Inside a batch, writes go to a local overlay (:class:`Batch`) that every read consults, so the batch
+sees its own pending writes; what it reads from Redis is kept, so a second read of the same thing
+costs no round trip. If the batch raises for any reason, the overlay is thrown away: nothing of it
+reaches Redis. Reads outside a batch go straight to Redis (one pipelined round trip each) and see
+committed batches only. A batch runs in one of two modes:
+
+* **Optimistic** (:meth:`Overlay.begin`, :meth:`Overlay.commit_optimistic`): no lock. The batch notes
+  the namespace's commit count when it starts, and everything it reads is kept (the read set). Every
+  commit appends to ``ns:commit-log`` the fingerprints of what it wrote (:func:`write_prints`). The
+  commit, in one ``MULTI``/``EXEC`` guarded by ``WATCH`` on ``ns:commits`` and the lock, goes through
+  only if no commit since the start wrote anything the batch read, and the lock is free; else it is
+  refused, and what the others wrote is dropped from the read cache so that the batch can be run
+  again on fresh values (the rest of its reads are kept: still valid). Why that gives what running
+  the batches one at a time gives: the batch is a deterministic function of the values it read; none
+  of them changed between its start and its commit, so it would have read and written exactly the same
+  had it run, alone, just before its commit.
+* **Under the lock** (:class:`Overlay.commit`): the namespace lock is held, nobody else commits, and
+  the commit is guarded by ``WATCH`` on the lock key and deletes it. If the lock was lost meanwhile (it
+  expired, or the connection dropped), ``EXEC`` does nothing and the batch raises.
 
 :class:`Overlay` works on raw keys, hash fields, set members and strings (bytes); what they mean is
 the business of :mod:`rag_dedup.storage.redis.keys` and the storage.
@@ -14,6 +26,7 @@ the business of :mod:`rag_dedup.storage.redis.keys` and the storage.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,19 +38,132 @@ from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost
 from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
 
-__all__ = ["Batch", "Overlay"]
+__all__ = ["Batch", "BucketCache", "Overlay", "write_prints"]
 
 #: Fields or commands per request part: keeps each command's argument list and reply moderate.
 CHUNK = 4096
 SCAN_COUNT = 1000
+#: Commits whose write sets ``ns:commit-log`` keeps. A batch that started more commits ago than this
+#: cannot be checked and runs again. Two or three workers are a commit or two behind at their commit;
+#: an entry is ~8 bytes a write (~220 KB for a batch of 1,024 new chunks), so the log stays ~2 MB.
+LOG_KEEP = 8
+#: Times an optimistic commit is tried again when another commit lands between its check and its
+#: EXEC (each try checks only the new commits), before the batch counts as conflicting.
+WATCH_TRIES = 8
+
+
+def _prints(names: Sequence[bytes]) -> np.ndarray:
+    """Fingerprints (64 bits of BLAKE2b) of names: ``key`` for a set or string, ``key\\0field`` for a hash field."""
+    if not names:
+        return np.empty(0, dtype=np.uint64)
+    blob = b"".join(hashlib.blake2b(n, digest_size=8).digest() for n in names)
+    return np.frombuffer(blob, dtype="<u8").astype(np.uint64)
+
+
+def _among(values: np.ndarray, written: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``written`` (sorted): a binary search each (np.isin sorts or hashes
+    both arrays, several times slower at these sizes)."""
+    if not len(values) or not len(written):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(written, values), len(written) - 1)
+    return written[at] == values
+
+
+def _gather(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The segments ``values[starts[i] : starts[i] + lens[i]]``, concatenated."""
+    total = int(lens.sum())
+    if not total:
+        return values[:0]
+    ends = np.cumsum(lens)
+    return values[np.repeat(starts - (ends - lens), lens) + np.arange(total)]
+
+
+class BucketCache:
+    """Buckets read by a refused attempt of a batch and written by nobody since, by band key: the group
+    ids of each, for the next attempt (arrays, so that looking up 20,000 band keys is a few numpy calls)."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, dtype=np.uint64)  # sorted, distinct
+        self.starts = np.zeros(1, dtype=np.int64)  # key i's group ids: gids[starts[i] : starts[i + 1]]
+        self.gids = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _keep(self, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray, gids: np.ndarray) -> None:
+        self.keys, self.gids = keys, _gather(gids, starts, lens)
+        self.starts = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+
+    def add(self, replies: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Add buckets read as (band keys, the position in them of each group id found, the group ids),
+        the ids of one key together (as BUCKET_LOOKUP answers them, see ``scripts.lookup_reply``)."""
+        if not replies:
+            return
+        lens = [np.diff(self.starts), *(np.bincount(at, minlength=len(k)).astype(np.int64) for k, at, _ in replies)]
+        gids = [self.gids, *(found for _, _, found in replies)]
+        keys = np.concatenate([self.keys, *(np.asarray(k, dtype=np.uint64) for k, _, _ in replies)])
+        length = np.concatenate(lens)
+        starts = np.cumsum(length) - length
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        first = np.concatenate(([True], keys[1:] != keys[:-1])) if len(keys) else np.ones(0, dtype=bool)
+        chosen = order[first]  # a key read twice holds one value: either will do
+        self._keep(keys[first], starts[chosen], length[chosen], np.concatenate(gids))
+
+    def drop(self, written: np.ndarray) -> None:
+        """Forget the buckets of ``written`` band keys (sorted)."""
+        kept = ~_among(self.keys, written)
+        if not kept.all():
+            lens = np.diff(self.starts)
+            self._keep(self.keys[kept], self.starts[:-1][kept], lens[kept], self.gids)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For band keys (one a row): the rows found here, and (row, group id) for every id of their buckets."""
+        if not len(self):
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        rows = np.flatnonzero(self.keys[at] == keys)
+        found = at[rows]
+        lens = self.starts[found + 1] - self.starts[found]
+        return rows, np.repeat(rows, lens), _gather(self.gids, self.starts[found], lens)
+
+
+def _field_names(table: Mapping[bytes, Mapping[bytes, Any]]) -> list[bytes]:
+    return [key + b"\0" + f for key, fields in table.items() for f in fields]
+
+
+def write_prints(batch: Batch) -> np.ndarray:
+    """What the batch writes, as fingerprints: its hash fields, set and string keys, and band keys.
+
+    A band key stands for its bucket as it is (the band keys a batch reads and writes are the same
+    numbers). Two different things with one fingerprint only make a batch run again needlessly.
+    """
+    filed, _ = batch.filed_pairs()
+    return np.concatenate(
+        [
+            _prints(_field_names(batch.hashes)),
+            _prints([*batch.sets, *batch.cleared, *batch.strings]),
+            filed.astype(np.uint64),
+            np.fromiter(batch.unfiled, dtype=np.uint64, count=len(batch.unfiled)),
+        ]
+    )
 
 
 @dataclass
 class Batch:
-    """The pending writes of one batch (one holder of the lock), and what it read."""
+    """The pending writes of one batch, and what it read."""
 
-    token: bytes
+    token: bytes | None  # the lock's, for a batch under the lock; None for an optimistic one
     depth: int = 1
+    #: The namespace's commit count that what this batch read is checked from (optimistic only).
+    commits: int = -1
+    read_all: bool = False  # it read something the read set cannot name (a scan, a count): any commit conflicts
+    read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read
+    # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
+    # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
+    bucket_replies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    seen_buckets: BucketCache = field(default_factory=BucketCache)
     dropped: bool = False  # drop() was called: Redis holds nothing of the namespace for this batch
     strings: dict[bytes, bytes | None] = field(default_factory=dict)  # None: deleted
     hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)  # None: field deleted
@@ -49,7 +175,8 @@ class Batch:
     filed_gids: list[np.ndarray] = field(default_factory=list)
     unfiled: dict[int, set[int]] = field(default_factory=dict)
     _filed_index: dict[int, set[int]] | None = None
-    # What this batch read from Redis (which cannot change while it holds the lock): read once.
+    # What this batch read from Redis: read once. Under the lock nothing can change it; an
+    # optimistic batch's commit checks that nothing changed it.
     seen_strings: dict[bytes, bytes | None] = field(default_factory=dict)
     seen_hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)
     seen_sets: dict[bytes, set[bytes]] = field(default_factory=dict)
@@ -67,7 +194,9 @@ class Batch:
     def drop_all(self) -> None:
         """Forget every pending write and everything read: the namespace is deleted at commit."""
         self.dropped = True
-        for table in (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets):
+        self.seen_buckets = BucketCache()
+        tables = (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets)
+        for table in tables:
             table.clear()
         self.cleared.clear()
         self.filed_keys.clear()
@@ -124,11 +253,29 @@ class Overlay:
         lock_key: The lock's key (kept by drop; WATCHed and deleted by the commit).
         guard: The key that a read outside a batch asks about once the namespace is known to hold an
             index (``ns:meta``): a namespace that lost it is not read as an empty one.
+        commits_key, log_key: The commit counter and the commit log (kept by drop; written by commits).
+        counter_key, groups_key: The group-id counter and the groups' hash (a batch checks at its start
+            that the counter is there while groups are).
     """
 
-    def __init__(self, client: Any, *, name: str, url: str, prefix: bytes, lock_key: bytes, guard: bytes) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        name: str,
+        url: str,
+        prefix: bytes,
+        lock_key: bytes,
+        guard: bytes,
+        commits_key: bytes,
+        log_key: bytes,
+        counter_key: bytes,
+        groups_key: bytes,
+    ) -> None:
         self.client, self.name, self.url = client, name, url
         self.prefix, self.lock_key, self.guard = prefix, lock_key, guard
+        self.commits_key, self.log_key = commits_key, log_key
+        self._state_keys = [commits_key, log_key, lock_key, guard, counter_key, groups_key]
         #: Set once the namespace was seen holding an index: reads then check ``guard``.
         self.known = False
         #: Round trips made by reads and commits.
@@ -179,12 +326,18 @@ class Overlay:
         )
 
     # --- reading -------------------------------------------------------------------------------
-    def pipeline(self, build: Callable[[Any], None]) -> list[Any]:
-        """Run the commands that ``build`` queues in one round trip; translate connection errors."""
+    def pipeline(self, build: Callable[[Any], None], *, tracked: bool = False) -> list[Any]:
+        """Run the commands that ``build`` queues in one round trip; translate connection errors.
+
+        ``tracked``: the caller notes what it reads in the open batch's read set; otherwise an
+        optimistic batch counts as having read everything (any commit before its own conflicts).
+        """
         pipe = self.client.pipeline(transaction=False)
         build(pipe)
         if len(pipe) == 0:
             return []
+        if not tracked and self.batch is not None and self.batch.token is None:
+            self.batch.read_all = True
         # A read outside a batch also asks whether the namespace still has its parameters (a batch
         # checked that when it took the lock), so that a lost index is not read as an empty one.
         guard = self.known and self.batch is None
@@ -238,7 +391,7 @@ class Overlay:
             for key in strings:
                 p.get(key)
 
-        replies = iter(self.pipeline(build))
+        replies = iter(self.pipeline(build, tracked=True))
         fields_out = {(key, f): v for key, part in parts for f, v in zip(part, next(replies))}
         sets_out = {key: next(replies) for key in sets}
         strings_out = {key: next(replies) for key in strings}
@@ -347,6 +500,8 @@ class Overlay:
         """A whole hash (by HSCAN, so a large one does not block the server), with pending writes."""
         batch = self.batch
         found: dict[bytes, bytes] = {}
+        if batch is not None and batch.token is None:
+            batch.read_all = True
         if batch is None or not batch.dropped:
             cursor = 0
             try:
@@ -382,8 +537,50 @@ class Overlay:
         return count
 
     # --- committing ----------------------------------------------------------------------------
+    def _queue_writes(self, pipe: Any, batch: Batch, bucket_prefix: bytes) -> None:
+        """Queue the batch's writes, and its entry in the commit log, into the transaction ``pipe``."""
+        for key, fields in batch.hashes.items():
+            gone = [f for f, v in fields.items() if v is None]
+            kept = {f: v for f, v in fields.items() if v is not None}
+            for part in _chunks(gone):
+                pipe.hdel(key, *part)
+            for part in _chunks(list(kept.items())):
+                pipe.hset(key, mapping=dict(part))
+        for part in _chunks(list(batch.cleared)):
+            pipe.delete(*part)
+        # Set writes are (key, member) pairs, most of them one member for each of many keys:
+        # one script call per few thousand pairs instead of one command each.
+        gone = [(k, m) for k, ms in batch.sets.items() if k not in batch.cleared for m, p in ms.items() if not p]
+        added = [(k, m) for k, ms in batch.sets.items() for m, p in ms.items() if p]
+        for script, pairs in ((scripts.SREM_PAIRS, gone), (scripts.SADD_PAIRS, added)):
+            for part in _chunks(pairs):
+                pipe.eval(script, len(part), *(k for k, _ in part), *(m for _, m in part))
+        unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
+        removals = (
+            np.array([k for k, _ in unfiled], dtype=np.uint64),
+            np.array([g for _, g in unfiled], dtype=np.uint64),
+        )
+        for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
+            for hexes, raw in scripts.pair_blobs(keys, gids):
+                pipe.eval(script, 0, bucket_prefix, hexes, raw)
+        for key, value in batch.strings.items():
+            if value is None:
+                pipe.delete(key)
+            else:
+                pipe.set(key, value)
+        # The log: a dropped namespace's commit logs nothing (drop deleted the log, so the gap tells
+        # every batch that started before it that it cannot be checked); nor does a batch that
+        # wrote nothing (nobody can have read something it changed).
+        prints = write_prints(batch)
+        if batch.dropped or len(prints):
+            pipe.incr(self.commits_key)
+        if len(prints) and not batch.dropped:
+            pipe.rpush(self.log_key, np.sort(prints).astype(">u8").tobytes())  # sorted: it starts with 0 bytes
+            pipe.ltrim(self.log_key, -LOG_KEEP, -1)
+
     def commit(self, batch: Batch, bucket_prefix: bytes, lost_message: Callable[[], str]) -> None:
-        """Write the overlay in one MULTI/EXEC, only if the lock is still ours; the EXEC releases it.
+        """Write the overlay of a batch under the lock in one MULTI/EXEC, only if the lock is still ours;
+        the EXEC releases it.
 
         Raises:
             LockLost: The lock is no longer ours (``lost_message()`` says why).
@@ -399,35 +596,7 @@ class Overlay:
                 if batch.dropped:
                     self._unlink_namespace()
                 pipe.multi()
-                for key, fields in batch.hashes.items():
-                    gone = [f for f, v in fields.items() if v is None]
-                    kept = {f: v for f, v in fields.items() if v is not None}
-                    for part in _chunks(gone):
-                        pipe.hdel(key, *part)
-                    for part in _chunks(list(kept.items())):
-                        pipe.hset(key, mapping=dict(part))
-                for part in _chunks(list(batch.cleared)):
-                    pipe.delete(*part)
-                # Set writes are (key, member) pairs, most of them one member for each of many keys:
-                # one script call per few thousand pairs instead of one command each.
-                gone = [(k, m) for k, ms in batch.sets.items() if k not in batch.cleared for m, p in ms.items() if not p]
-                added = [(k, m) for k, ms in batch.sets.items() for m, p in ms.items() if p]
-                for script, pairs in ((scripts.SREM_PAIRS, gone), (scripts.SADD_PAIRS, added)):
-                    for part in _chunks(pairs):
-                        pipe.eval(script, len(part), *(k for k, _ in part), *(m for _, m in part))
-                unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
-                removals = (
-                    np.array([k for k, _ in unfiled], dtype=np.uint64),
-                    np.array([g for _, g in unfiled], dtype=np.uint64),
-                )
-                for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
-                    for hexes, raw in scripts.pair_blobs(keys, gids):
-                        pipe.eval(script, 0, bucket_prefix, hexes, raw)
-                for key, value in batch.strings.items():
-                    if value is None:
-                        pipe.delete(key)
-                    else:
-                        pipe.set(key, value)
+                self._queue_writes(pipe, batch, bucket_prefix)
                 pipe.delete(self.lock_key)
                 self.round_trips += 1
                 sent = True
@@ -437,14 +606,154 @@ class Overlay:
                 raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
             raise LockLost(lost_message()) from exc
         except CONNECTION_ERRORS as exc:
-            if not sent:
-                raise self.unavailable(exc, "before committing a batch; nothing of it was recorded, retry it") from exc
-            raise self.unavailable(
-                exc, "while committing a batch; it may or may not have been recorded: retry it (a retry is idempotent)"
-            ) from exc
+            raise self._commit_unavailable(exc, sent) from exc
+
+    def _commit_unavailable(self, exc: BaseException, sent: bool) -> Exception:
+        if not sent:
+            return self.unavailable(exc, "before committing a batch; nothing of it was recorded, retry it")
+        return self.unavailable(
+            exc, "while committing a batch; it may or may not have been recorded: retry it (a retry is idempotent)"
+        )
+
+    # --- optimistic batches --------------------------------------------------------------------
+    def _state(self, reply: list[Any]) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
+        now, locked, has_meta, has_counter, has_groups, covered, *entries = reply
+        return int(now), bool(locked), bool(has_meta), bool(has_counter), bool(has_groups), bool(covered), entries
+
+    def begin(self, carried: Batch | None = None) -> Batch:
+        """Start an optimistic batch (one round trip), with what ``carried`` (an earlier attempt of the
+        same batch, refused) read and nobody has written since.
+
+        Raises:
+            NamespaceLost: The namespace lost its parameters, or its group-id counter while it holds groups.
+            RedisUnavailable: The connection dropped.
+        """
+        since = -1 if carried is None else carried.commits
+        keys = self._state_keys
+        (reply,) = self.pipeline(lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, since), tracked=True)
+        now, _, has_meta, has_counter, has_groups, covered, entries = self._state(reply)
+        if self.known and not has_meta:
+            raise self.lost("its parameters (key meta)")
+        if has_groups and not has_counter:
+            raise self.lost("its group-id counter (key next-group-id) while it holds groups")
+        batch = Batch(token=None, commits=now)
+        if carried is not None:
+            self._check(carried, covered, entries)  # drops from its cache what was written since
+            _take_cache(carried, batch)
+        return batch
+
+    def carry(self, carried: Batch, batch: Batch) -> None:
+        """Give ``batch`` (under the lock, so nobody commits meanwhile) what the refused attempt
+        ``carried`` read and nobody has written since (one round trip)."""
+        self.validate(carried)  # drops from its cache what was written since it last looked
+        _take_cache(carried, batch)
+
+    def _check(self, batch: Batch, covered: bool, entries: Sequence[bytes]) -> bool:
+        """Whether the commits of ``entries`` wrote something the batch read (``covered``: the log
+        held them all); if they did, what they wrote is dropped from the batch's read cache, and its
+        buckets read so far are kept in ``seen_buckets`` for its next attempt."""
+        if covered and not entries:
+            return False
+        if not covered or batch.read_all or any(len(e) % 8 for e in entries):
+            self._forget(batch, None)
+            return True
+        written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))
+        hash_hits = _among(_prints(_field_names(batch.seen_hashes)), written)
+        set_hits = _among(_prints(list(batch.seen_sets)), written)
+        string_hits = _among(_prints(list(batch.seen_strings)), written)
+        bands = np.concatenate([*batch.read_bands, batch.seen_buckets.keys])
+        band_hits = _among(bands, written)
+        if not (hash_hits.any() or set_hits.any() or string_hits.any() or band_hits.any()):
+            return False
+        if hash_hits.any():
+            pairs = [(key, f) for key, fields in batch.seen_hashes.items() for f in fields]
+            for i in np.flatnonzero(hash_hits).tolist():
+                key, f = pairs[i]
+                del batch.seen_hashes[key][f]
+        for table, hits in ((batch.seen_sets, set_hits), (batch.seen_strings, string_hits)):
+            names = list(table)
+            for i in np.flatnonzero(hits).tolist():
+                del table[names[i]]
+        self._forget(batch, written)
+        return True
+
+    def _forget(self, batch: Batch, written: np.ndarray | None) -> None:
+        """Keep the buckets the batch read in ``seen_buckets`` but those of ``written`` band keys (all of
+        them, and every other read, when ``written`` is None)."""
+        if written is None:
+            for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings):
+                table.clear()
+            batch.seen_buckets = BucketCache()
+        else:
+            batch.seen_buckets.add(batch.bucket_replies)
+            batch.seen_buckets.drop(written)
+        batch.bucket_replies.clear()
+
+    def validate(self, batch: Batch) -> bool:
+        """Whether what the optimistic ``batch`` read is still what Redis holds (one round trip); when it
+        is not, the batch's read cache is brought up to date for its next attempt (see :meth:`_check`)."""
+        keys = self._state_keys
+        (reply,) = self.pipeline(lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits), tracked=True)
+        now, _, _, _, _, covered, entries = self._state(reply)
+        if self._check(batch, covered, entries):
+            batch.commits = now
+            return False
+        return True
+
+    def commit_optimistic(self, batch: Batch, bucket_prefix: bytes) -> str:
+        """Commit an optimistic batch if nothing it read was written since it started, and the lock is free.
+
+        Returns ``"committed"``; ``"conflict"`` when a commit since its start wrote something it read
+        (the batch's read cache then holds only what is still valid, and ``batch.commits`` says from
+        which commit on: run it again with :meth:`begin`); ``"locked"`` when a batch holds the lock
+        (wait, and commit again: the check will include that batch's writes).
+
+        Raises:
+            NamespaceLost: The namespace lost its parameters since this object saw them.
+            RedisUnavailable: The connection dropped before or during the commit.
+        """
+        if not batch.hashes and not batch.sets and not batch.cleared and not batch.strings and not batch.unfiled and not batch.filed_keys:
+            return "committed"  # it wrote nothing: there is nothing to check or commit
+        keys = self._state_keys
+        sent = False
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                for _ in range(WATCH_TRIES):
+                    self.round_trips += 2
+                    pipe.watch(self.commits_key, self.lock_key)
+                    reply = pipe.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits)
+                    now, locked, has_meta, _, _, covered, entries = self._state(reply)
+                    if self.known and not has_meta:
+                        pipe.reset()
+                        raise self.lost("its parameters (key meta)")
+                    if locked:
+                        pipe.reset()
+                        return "locked"
+                    if self._check(batch, covered, entries):
+                        pipe.reset()
+                        batch.commits = now
+                        return "conflict"
+                    batch.commits = now  # checked up to here: a retry checks only the commits after it
+                    pipe.multi()
+                    self._queue_writes(pipe, batch, bucket_prefix)
+                    self.round_trips += 1
+                    sent = True
+                    try:
+                        pipe.execute()
+                    except WatchError as exc:
+                        if isinstance(exc.__context__, CONNECTION_ERRORS):
+                            raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
+                        sent = False
+                        continue  # another commit (or the lock) came in between: check it
+                    return "committed"
+                return "conflict"
+        except CONNECTION_ERRORS as exc:
+            raise self._commit_unavailable(exc, sent) from exc
 
     def _unlink_namespace(self) -> None:
-        """Delete every key of the namespace but the lock (SCAN and UNLINK in batches)."""
+        """Delete every key of the namespace but the lock and the commit counter (SCAN and UNLINK in
+        batches): the counter only grows, so that a batch that started before the drop never takes a
+        count after it for its own."""
         pattern = _glob_escape(self.prefix) + b"*"
         try:
             doomed: list[bytes] = []
@@ -452,7 +761,7 @@ class Overlay:
             while True:
                 self.round_trips += 1
                 cursor, keys = self.client.scan(cursor, match=pattern, count=SCAN_COUNT)
-                doomed.extend(k for k in keys if k != self.lock_key)
+                doomed.extend(k for k in keys if k != self.lock_key and k != self.commits_key)
                 if len(doomed) >= SCAN_COUNT:
                     self.round_trips += 1
                     self.client.unlink(*doomed)
@@ -464,6 +773,10 @@ class Overlay:
                 self.client.unlink(*doomed)
         except CONNECTION_ERRORS as exc:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
+
+
+def _take_cache(old: Batch, new: Batch) -> None:
+    new.seen_hashes, new.seen_sets, new.seen_strings, new.seen_buckets = old.seen_hashes, old.seen_sets, old.seen_strings, old.seen_buckets
 
 
 def _chunks(values: list[Any]) -> list[list[Any]]:

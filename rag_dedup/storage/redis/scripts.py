@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "pair_blobs", "row_blob"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -22,6 +22,27 @@ RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
 """
+#: Where the namespace stands, for an optimistic batch (read atomically). KEYS: commits, commit-log,
+#: lock, meta, next-group-id, groups; ARGV[1]: a commit count seen before, or -1.
+#: Returns {commits, lock held, meta exists, counter exists, groups exist, covered, entries...}: the
+#: log entries of the commits after ARGV[1], oldest first, when the log still holds all of them
+#: (covered = 1; else covered = 0 and no entries).
+COMMITS_SINCE = """
+local now = tonumber(redis.call('get', KEYS[1]) or '0')
+local since = tonumber(ARGV[1])
+local out = {now, redis.call('exists', KEYS[3]), redis.call('exists', KEYS[4]), redis.call('exists', KEYS[5]),
+             redis.call('exists', KEYS[6]), 1}
+if since >= 0 and now ~= since then
+  local n = now - since
+  if n < 0 or n > redis.call('llen', KEYS[2]) then
+    out[6] = 0
+  else
+    local entries = redis.call('lrange', KEYS[2], -n, -1)
+    for i = 1, #entries do out[6 + i] = entries[i] end
+  end
+end
+return out
+"""
 #: Bulk set writes: KEYS[i] gets (or loses) member ARGV[i] (a key may repeat).
 SADD_PAIRS = "for i = 1, #KEYS do redis.call('sadd', KEYS[i], ARGV[i]) end return #KEYS"
 SREM_PAIRS = "for i = 1, #KEYS do redis.call('srem', KEYS[i], ARGV[i]) end return #KEYS"
@@ -29,17 +50,32 @@ SREM_PAIRS = "for i = 1, #KEYS do redis.call('srem', KEYS[i], ARGV[i]) end retur
 # field ``hex[4..16]`` (keys.Layout.bucket); the value is the bucket's group ids as little-endian uint32, concatenated.
 # ARGV[2] of every bucket script is a blob of 16-hex-digit band keys.
 
-#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys; ARGV[3]: one group id for each, as raw '<u4'.
-#: Appends each group id to its bucket.
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys, sorted (``pair_blobs`` sorts them); ARGV[3]: one
+#: group id for each, as raw '<u4'. Appends each group id to its bucket. The band keys of one bucket
+#: hash (their first 3 hex digits) are contiguous: each run of them is one HMGET and one HSET of all its
+#: fields (a group id appended to what the field held), not a command per pair, which is what the
+#: server's time goes to (a ``redis.call`` costs microseconds; the string work between them, less).
 BUCKETS_ADD = """
 local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
-for i = 0, #gids / 4 - 1 do
-  local p = i * 16 + 1
-  local h, f = pfx .. string.sub(keys, p, p + 2), string.sub(keys, p + 3, p + 15)
-  local g = string.sub(gids, i * 4 + 1, i * 4 + 4)
-  if redis.call('hsetnx', h, f, g) == 0 then  -- most buckets of a new group are new: one call
-    redis.call('hset', h, f, redis.call('hget', h, f) .. g)
+local n, i = #gids / 4, 0
+while i < n do
+  local hk = string.sub(keys, i * 16 + 1, i * 16 + 3)
+  local added, names, m = {}, {}, 0
+  while i < n and m < 2000 and string.sub(keys, i * 16 + 1, i * 16 + 3) == hk do
+    local f, g = string.sub(keys, i * 16 + 4, i * 16 + 16), string.sub(gids, i * 4 + 1, i * 4 + 4)
+    local had = added[f]
+    if had then added[f] = had .. g else m = m + 1; names[m] = f; added[f] = g end
+    i = i + 1
   end
+  local h = pfx .. hk
+  local olds = redis.call('hmget', h, unpack(names, 1, m))
+  local args = {}
+  for t = 1, m do
+    local f, old = names[t], olds[t]
+    args[2 * t - 1] = f
+    if old then args[2 * t] = old .. added[f] else args[2 * t] = added[f] end
+  end
+  redis.call('hset', h, unpack(args, 1, 2 * m))
 end
 return 1
 """
@@ -61,36 +97,52 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns, for each row, the
-#: values of its buckets concatenated (group ids as '<u4', a group once per shared bucket).
-#: With ARGV[4] == '1', returns each bucket's value instead ('' for an empty one).
+#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns two blobs: for each row
+#: whose buckets hold a group, its number in the blob and the byte length of its buckets' values
+#: concatenated (two '<u4' each); and those values concatenated, row after row (group ids as '<u4', a
+#: group once per shared bucket). Most buckets a batch asks about are empty: the reply is two bulk
+#: strings, not one per row (which redis-py parses at several microseconds each). A value that is not
+#: whole '<u4' ids is returned alone as a third element instead (the storage names the damage).
 BUCKET_LOOKUP = """
-local pfx, blob, b, each = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-local out, parts = {}, {}
-if each then b = 1 end
+local pfx, blob, b = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local heads, parts, h, k = {}, {}, 0, 0
 for r = 0, #blob / (16 * b) - 1 do
-  local k = 0
+  local size = 0
   for j = 0, b - 1 do
     local p = (r * b + j) * 16 + 1
     local v = redis.call('hget', pfx .. string.sub(blob, p, p + 2), string.sub(blob, p + 3, p + 15))
-    if v then k = k + 1; parts[k] = v end
+    if v then
+      if #v % 4 ~= 0 then return {'', '', v} end
+      k = k + 1; parts[k] = v; size = size + #v
+    end
   end
-  out[r + 1] = table.concat(parts, '', 1, k)
+  if size > 0 then h = h + 1; heads[h] = struct.pack('<I4I4', r, size) end
 end
-return out
+return {table.concat(heads, '', 1, h), table.concat(parts, '', 1, k)}
 """
 
 
+def lookup_reply(reply: list[bytes]) -> tuple[np.ndarray, np.ndarray, bytes | None]:
+    """BUCKET_LOOKUP's reply as (row number of each group id found, the group ids, a bad value or None)."""
+    if len(reply) > 2:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), reply[2]
+    heads = np.frombuffer(reply[0], dtype="<u4").reshape(-1, 2).astype(np.int64)
+    gids = np.frombuffer(reply[1], dtype="<u4").astype(np.int64)
+    return np.repeat(heads[:, 0], heads[:, 1] >> 2), gids, None
+
+
 def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes]]:
-    """(band key, group id) pairs for BUCKETS_ADD/BUCKETS_REM: (hex band keys, raw '<u4' ids), ``per_blob`` each.
+    """(band key, group id) pairs for BUCKETS_ADD/BUCKETS_REM: (hex band keys, raw '<u4' ids), ``per_blob``
+    each, sorted by band key (a pair's order within its key kept).
 
     Raises:
         ValueError: A group id does not fit in 32 bits (the layout stores them as uint32).
     """
     if len(gids) and int(np.max(gids)) >= 2**32:
         raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
-    hexes = np.asarray(keys, dtype=">u8").tobytes().hex()
-    raw = np.asarray(gids, dtype="<u4").tobytes()
+    order = np.argsort(np.asarray(keys, dtype=np.uint64), kind="stable")  # a bucket hash's keys together
+    hexes = np.asarray(keys, dtype=">u8")[order].tobytes().hex()
+    raw = np.asarray(gids, dtype="<u4")[order].tobytes()
     return [(hexes[16 * i : 16 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rag_dedup.errors import CorruptIndexError
+from rag_dedup.errors import CorruptIndexError, NamespaceLost, RedisUnavailable
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 from rag_dedup.storage.redis import connection, keys, scripts
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
@@ -22,7 +22,12 @@ from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSI
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
 from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
 
-__all__ = ["RedisStorage"]
+__all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
+
+#: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
+#: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
+#: third runs under the lock (as short: it starts from what the second read).
+OPTIMISTIC_ATTEMPTS = 2
 
 T = TypeVar("T")
 
@@ -110,9 +115,23 @@ class RedisStorage(Bookkeeping):
             options=self.options,
         )
         self._connect_round_trips = 1 if allow_eviction else 2
+        k = self.keys
         self._overlay = Overlay(
-            self._client, name=repr(self), url=url, prefix=self.keys.prefix, lock_key=self.keys.lock, guard=self.keys.meta
+            self._client,
+            name=repr(self),
+            url=url,
+            prefix=k.prefix,
+            lock_key=k.lock,
+            guard=k.meta,
+            commits_key=k.commits,
+            log_key=k.log,
+            counter_key=k.counter,
+            groups_key=k.hashes[Table.GROUPS],
         )
+        #: Optimistic attempts refused because another commit wrote what they read (each was run again).
+        self.conflicts = 0
+        #: Batches that ran under the lock after OPTIMISTIC_ATTEMPTS refused attempts.
+        self.fallbacks = 0
         self._lock = NamespaceLock(
             self._client, self.keys.lock, namespace=namespace, url=url, timeout=self.lock_timeout, wait=self.lock_wait
         )
@@ -169,6 +188,64 @@ class RedisStorage(Bookkeeping):
         self._client.close()
 
     # --- the lock and the batch ----------------------------------------------------------------
+    def run_batch(self, body: Callable[[], None]) -> None:
+        """Run ``body`` as one batch, optimistically: without the lock, committed only if nothing it read
+        was written by another commit meanwhile (see :mod:`~rag_dedup.storage.redis.overlay`).
+
+        A refused attempt is run again, reading afresh only what the other commits wrote (the rest of
+        what it read is kept); after ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
+        lock, where nothing can refuse it, so it never livelocks. ``body`` may therefore run several
+        times: it must only read and write this storage, from the same inputs each time. Inside
+        another batch (an open :meth:`lock`), it simply joins it. The lock stays the serialisation
+        point for everything else (``remove``, ``update``, ``drop``, the parameters): an optimistic
+        commit waits while it is held.
+
+        Raises:
+            LockTimeout: The lock stayed held for longer than ``lock_wait`` while this batch waited to commit.
+            NamespaceLost, RedisUnavailable: As :meth:`lock`.
+            Whatever ``body`` raises on values that no other commit changed.
+        """
+        overlay = self._overlay
+        if overlay.batch is not None:
+            with self.lock():
+                body()
+            return
+        carried: Batch | None = None
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            batch = overlay.begin(carried)
+            overlay.batch = batch
+            try:
+                try:
+                    body()
+                except (RedisUnavailable, NamespaceLost):
+                    raise
+                except Exception:
+                    # Read across other commits, the values may not fit together (a component named
+                    # but gone): an error counts only if nothing it read has changed.
+                    if overlay.validate(batch):
+                        raise
+                    outcome = "conflict"
+                else:
+                    outcome = self._commit_when_free(batch)
+            finally:
+                overlay.batch = None
+            if outcome == "committed":
+                return
+            self.conflicts += 1
+            carried = batch
+        self.fallbacks += 1
+        with self._locked(carried):
+            body()
+
+    def _commit_when_free(self, batch: Batch) -> str:
+        """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
+        wait = self._lock.waiter()
+        while True:
+            outcome = self._overlay.commit_optimistic(batch, self.keys.bucket_prefix)
+            if outcome != "locked":
+                return outcome
+            wait()
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the namespace's write lock; everything written inside is committed atomically at exit.
@@ -192,6 +269,14 @@ class RedisStorage(Bookkeeping):
             finally:
                 batch.depth -= 1
             return
+        with self._locked(None):
+            yield
+
+    @contextlib.contextmanager
+    def _locked(self, carried: Batch | None) -> Iterator[None]:
+        """The outermost :meth:`lock`; with ``carried`` (a refused optimistic attempt), the batch starts
+        from what that attempt read and nobody has written since (one more round trip)."""
+        overlay = self._overlay
         k = self.keys
         hold, (has_meta, has_counter, has_groups) = self._lock.acquire([k.meta, k.counter, k.hashes[Table.GROUPS]])
         committed = False
@@ -201,6 +286,8 @@ class RedisStorage(Bookkeeping):
             if has_groups and not has_counter:
                 raise overlay.lost("its group-id counter (key next-group-id) while it holds groups")
             batch = Batch(token=hold.token)
+            if carried is not None:
+                overlay.carry(carried, batch)
             overlay.batch = batch
             yield
             overlay.commit(batch, k.bucket_prefix, self._lock.lost_message)
@@ -358,13 +445,23 @@ class RedisStorage(Bookkeeping):
         batch = self._overlay.batch
         row_parts: list[np.ndarray] = []
         gid_parts: list[np.ndarray] = []
+        optimistic = batch is not None and batch.token is None
+        if optimistic and n and b:
+            batch.read_bands.append(rows.reshape(-1).copy())  # type: ignore[union-attr]
         if n and b and (batch is None or not batch.dropped):
             # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
-            # removals; every other row comes back as the concatenation of its buckets.
+            # removals; every other row comes back as the concatenation of its buckets. A row of one
+            # bucket that an earlier attempt of this batch read, and nobody wrote since, is not read again.
             rems = batch.unfiled if batch is not None else {}
+            cached = np.empty(0, dtype=np.int64)
+            if batch is not None and b == 1 and len(batch.seen_buckets):
+                cached, cached_rows, cached_gids = batch.seen_buckets.lookup(rows[:, 0])
             flat = rows.reshape(-1).tolist() if rems else []
-            apart = [i for i in range(n) if rems and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
-            together = np.setdiff1d(np.arange(n), apart) if apart else np.arange(n)
+            todo = np.ones(n, dtype=bool)
+            todo[cached] = False
+            apart = [i for i in range(n) if rems and todo[i] and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
+            todo[apart] = False
+            together = np.flatnonzero(todo)
             per_call = max(1, CHUNK // b)
             parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
             singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
@@ -372,24 +469,36 @@ class RedisStorage(Bookkeeping):
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b, 0)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b)
                 if len(singles):
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1, 1)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1)
 
-            replies = self._overlay.pipeline(build)
+            replies = self._overlay.pipeline(build, tracked=True)
+            keep = optimistic and b == 1
             for part, reply in zip(parts, replies):
-                found = self._bucket_ids(reply)
-                row_parts.append(np.repeat(part, [len(v) >> 2 for v in reply]))
+                at, found = self._bucket_ids(reply)
+                row_parts.append(part[at])
                 gid_parts.append(found)
+                if keep:
+                    batch.bucket_replies.append((rows[part, 0], at, found))  # type: ignore[union-attr]
+            if len(cached):
+                if rems:  # take out what this batch took out of those buckets
+                    keys_of = rows[cached_rows, 0].tolist()
+                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(keys_of, cached_gids.tolist())], dtype=bool)
+                    cached_rows, cached_gids = cached_rows[kept], cached_gids[kept]
+                row_parts.append(cached_rows)
+                gid_parts.append(cached_gids)
             if len(singles):
-                values = replies[len(parts)]
-                for j, (k, value) in enumerate(zip(singles.tolist(), values)):
-                    found = self._bucket_ids([value])
-                    gone = rems.get(k)
-                    if gone:
-                        found = found[~np.isin(found, np.fromiter(gone, dtype=np.int64, count=len(gone)))]
-                    row_parts.append(np.full(len(found), apart[j // b], dtype=np.int64))
-                    gid_parts.append(found)
+                at, found = self._bucket_ids(replies[len(parts)])
+                if keep:
+                    batch.bucket_replies.append((singles, at, found))  # type: ignore[union-attr]
+                kept = np.ones(len(found), dtype=bool)
+                for i, (j, g) in enumerate(zip(at.tolist(), found.tolist())):
+                    gone = rems.get(int(singles[j]))
+                    if gone and g in gone:
+                        kept[i] = False
+                row_parts.append(np.asarray(apart, dtype=np.int64)[at[kept] // b])
+                gid_parts.append(found[kept])
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
@@ -397,16 +506,23 @@ class RedisStorage(Bookkeeping):
             gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
         if not row_parts:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        # Group ids are uint32: (row, gid) packs into one int64 that sorts the same way.
-        pairs = np.unique((np.concatenate(row_parts).astype(np.int64) << 32) | np.concatenate(gid_parts).astype(np.int64))
+        # Group ids are uint32: (row, gid) packs into one int64 that sorts the same way. Sorted, then
+        # each kept once (np.unique hashes first, several times slower at these sizes).
+        pairs = np.sort((np.concatenate(row_parts).astype(np.int64) << 32) | np.concatenate(gid_parts).astype(np.int64))
+        if len(pairs) > 1:
+            pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
         return pairs >> 32, pairs & 0xFFFFFFFF
 
-    def _bucket_ids(self, values: Sequence[bytes]) -> np.ndarray:
-        """The group ids of buckets (or of rows of buckets) read back, as one int64 array."""
-        for v in values:
-            if len(v) % 4:
-                raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", v, ValueError("not whole '<u4' group ids"))
-        return np.frombuffer(b"".join(values), dtype="<u4").astype(np.int64)
+    def _bucket_ids(self, reply: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """A BUCKET_LOOKUP reply as (row number in its blob of each group id found, the group ids).
+
+        Raises:
+            CorruptIndexError: A bucket holds a value that is not whole '<u4' group ids.
+        """
+        at, found, bad = scripts.lookup_reply(reply)
+        if bad is not None:
+            raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", bad, ValueError("not whole '<u4' group ids"))
+        return at, found
 
     # --- components: group id -> component id -> packed members --------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
@@ -504,7 +620,11 @@ class RedisStorage(Bookkeeping):
 
     # --- dropping ------------------------------------------------------------------------------
     def drop(self) -> None:
-        """Delete the namespace (all its keys but the lock, by SCAN and UNLINK in batches) at commit."""
+        """Delete the namespace (all its keys but the lock and the commit counter, by SCAN and UNLINK in
+        batches) at commit. Runs under the lock (inside :meth:`run_batch`, a RuntimeError)."""
+        batch = self._overlay.batch
+        if batch is not None and batch.token is None:
+            raise RuntimeError("drop() runs under the lock, not inside an optimistic batch (run_batch)")
         with self.lock():
             self._overlay.open_batch().drop_all()
             self._overlay.known = False  # a deliberate drop: an empty namespace is new again

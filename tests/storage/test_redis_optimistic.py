@@ -1,0 +1,231 @@
+"""Optimistic batches on Redis: read and computed without the lock, committed only if nothing they read changed.
+
+What must hold: a batch with nothing in its way never takes the lock; a commit that lands between a
+batch's reads and its commit, and wrote something the batch read (an exact copy or a near-duplicate of
+one of its texts, by an optimistic batch or one under the lock), makes the batch run again on fresh
+values, so that the result is exactly that of one in-memory index holding everything; one that wrote
+nothing the batch read does not; a batch refused again and again ends under the lock; and a worker
+that dies between its reads and its commit leaves nothing (no half commit, no lock to wait out).
+Conflicts are forced by failure injection: a hook on the batch's commit lets another worker commit first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from rag_dedup import DedupIndex
+from rag_dedup.storage.redis import RedisStorage
+from rag_dedup.storage.redis.storage import OPTIMISTIC_ATTEMPTS
+from tests.corpus import chunks, edited
+
+BASE = [{"key": k, "text": t} for k, t in chunks()[:120]]
+BATCH = [{"key": k, "text": t} for k, t in chunks()[120:180]]
+TARGET = BATCH[7]  # the text of the batch that the other worker copies
+
+
+def state(index: DedupIndex) -> dict[str, Any]:
+    keys = sorted(index.storage.iter_keys())
+    clusters = {rep: (members[0], sorted(members[1:])) for rep, members in index.clusters(include_singletons=False)}
+    return {"matches": {m.key: m for m in index.matches(keys)}, "clusters": clusters, "len": len(index)}
+
+
+def reference(items: list[dict[str, Any]]) -> dict[str, Any]:
+    index = DedupIndex()
+    index.add_many(items)
+    return state(index)
+
+
+def copy_of_target(kind: str, n: int) -> dict[str, Any]:
+    """The other worker's item: an exact copy of TARGET, or a near-duplicate (one word in ~100 replaced)."""
+    text = TARGET["text"] if kind == "exact" else edited(TARGET["text"], 0.01, seed=n)
+    return {"key": f"other-{kind}-{n}", "text": text}
+
+
+def unrelated(n: int) -> dict[str, Any]:
+    """A text that shares no shingle with the corpus (made-up words)."""
+    rng = random.Random(n)
+    return {"key": f"unrelated-{n}", "text": " ".join("".join(rng.choices("qxzjvk", k=9)) for _ in range(120))}
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def before_each_commit(index: DedupIndex, action: Any) -> list[int]:
+    """Run ``action(n)`` (n = 0, 1, ...) just before each optimistic commit of ``index``: between the
+    batch's reads and its commit. Returns the list of n run so far."""
+    overlay = index.storage._overlay  # type: ignore[attr-defined]
+    original = overlay.commit_optimistic
+    done: list[int] = []
+
+    def hooked(batch: Any, prefix: bytes) -> str:
+        n = len(done)
+        done.append(n)
+        action(n)
+        return original(batch, prefix)
+
+    overlay.commit_optimistic = hooked
+    return done
+
+
+def test_a_batch_with_nothing_in_its_way_never_takes_the_lock(redis_url, namespace, monkeypatch):
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    storage = index.storage
+    assert isinstance(storage, RedisStorage)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the lock was taken")
+
+    monkeypatch.setattr(storage._lock, "acquire", refuse)
+    index.add_many(BASE)
+    index.add_many(BATCH)
+    assert (storage.conflicts, storage.fallbacks) == (0, 0)
+    assert state(index) == reference(BASE + BATCH)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("exact", id="an-exact-copy"), pytest.param("near", id="a-near-duplicate")])
+@pytest.mark.parametrize("locked", [pytest.param(False, id="optimistic-other"), pytest.param(True, id="other-under-the-lock")])
+def test_a_conflicting_commit_between_read_and_commit_makes_the_batch_run_again(redis_url, namespace, kind, locked):
+    """Regression guard for the optimistic commit: had the batch committed what it computed before the
+    other worker's copy landed, the copy and its original would be two groups of one digest, or two
+    'unique' texts, and the partition would not be that of one index holding both."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    copies: list[dict[str, Any]] = []
+
+    def other_commits(n: int) -> None:
+        if n == 0:
+            copies.append(copy_of_target(kind, n))
+            if locked:
+                with other.storage.lock():
+                    other.add_many(copies[-1:])
+            else:
+                other.add_many(copies[-1:])
+
+    before_each_commit(index, other_commits)
+    index.add_many(BATCH)
+    expected = reference(BASE + copies + BATCH)
+    assert expected["matches"][copies[0]["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
+    assert state(index) == expected
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+
+
+def test_a_commit_that_wrote_nothing_the_batch_read_does_not_make_it_run_again(redis_url, namespace):
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    before_each_commit(index, lambda n: other.add_many([unrelated(n)]) if n == 0 else None)
+    index.add_many(BATCH)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert state(index) == reference([*BASE, unrelated(0), *BATCH])
+
+
+def test_a_batch_refused_every_time_ends_under_the_lock(redis_url, namespace):
+    """Bounded retries: another worker copying the batch's text before each of its optimistic commits
+    cannot keep it from committing (no livelock); the last attempt runs under the lock."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    copies: list[dict[str, Any]] = []
+
+    def other_commits(n: int) -> None:
+        copies.append(copy_of_target("exact" if n % 2 else "near", n))
+        other.add_many(copies[-1:])
+
+    done = before_each_commit(index, other_commits)
+    index.add_many(BATCH)
+    assert len(done) == OPTIMISTIC_ATTEMPTS
+    assert (index.storage.conflicts, index.storage.fallbacks) == (OPTIMISTIC_ATTEMPTS, 1)
+    assert state(index) == reference(BASE + copies + BATCH)
+
+
+def test_an_optimistic_commit_waits_while_another_worker_holds_the_lock(redis_url, namespace):
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    client = redis.Redis.from_url(redis_url)
+    before_each_commit(index, lambda n: client.set(f"{namespace}:lock", b"a-busy-worker", px=300) if n == 0 else None)
+    index.add_many(BATCH)
+    client.close()
+    assert index.storage.lock_wait_seconds > 0
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert state(index) == reference(BASE + BATCH)
+
+
+def _die_before_commit(url: str, namespace: str, items: list[dict[str, Any]]) -> None:
+    """Worker process: read and compute a batch, then die (no exception, no cleanup) just before its commit."""
+    index = DedupIndex(storage=url, namespace=namespace)
+    index.storage._overlay.commit_optimistic = lambda *args: os._exit(17)  # type: ignore[attr-defined]
+    index.add_many(items)
+
+
+def _namespace(url: str, namespace: str) -> dict[bytes, Any]:
+    """Every key of the namespace and its value, but the group-id counter (the dead batch took ids)."""
+    client = redis.Redis.from_url(url)
+    out: dict[bytes, Any] = {}
+    for key in client.scan_iter(match=f"{namespace}:*"):
+        if key == f"{namespace}:next-group-id".encode():
+            continue
+        kind = client.type(key)
+        out[key] = (
+            client.get(key) if kind == b"string"
+            else client.hgetall(key) if kind == b"hash"
+            else client.lrange(key, 0, -1) if kind == b"list"
+            else client.smembers(key)
+        )  # fmt: skip
+    client.close()
+    return out
+
+
+def test_a_worker_that_dies_between_its_reads_and_its_commit_leaves_nothing(redis_url, namespace):
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    before = _namespace(redis_url, namespace)
+    proc = multiprocessing.get_context("spawn").Process(target=_die_before_commit, args=(redis_url, namespace, BATCH))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 17
+    assert _namespace(redis_url, namespace) == before  # nothing of its batch, and no lock left behind
+    index.add_many(BATCH)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert state(index) == reference(BASE + BATCH)
+
+
+def test_a_batch_run_again_reads_only_the_buckets_the_other_commit_wrote(redis_url, namespace, monkeypatch):
+    """Redo only what conflicts, for the reads: the second attempt of a batch refused by a near-duplicate
+    asks Redis again only for the buckets that the other commit wrote among those it had read (one
+    group's band keys), not for the batch's ~1,200 buckets; the result is still exactly the one-process
+    partition."""
+    from rag_dedup.storage.redis import scripts
+
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    done = before_each_commit(index, lambda n: other.add_many([copy_of_target("near", n)]) if n == 0 else None)
+    asked: list[tuple[int, int]] = []  # (attempt, band keys asked) for each bucket lookup
+    row_blob = scripts.row_blob
+
+    def spy(rows: Any) -> str:
+        asked.append((len(done), rows.size))
+        return row_blob(rows)
+
+    monkeypatch.setattr(scripts, "row_blob", spy)
+    index.add_many(BATCH)
+    first = [n for attempt, n in asked if attempt == 0]
+    again = [n for attempt, n in asked if attempt == 1]
+    bands, _ = index.bands
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    assert sum(first) >= len(BATCH)  # the batch's own buckets, each once
+    # The batch's buckets again: only those the other commit wrote (its new group's band keys); then
+    # whatever the reclustering newly asks (the near-duplicate joined a component).
+    assert 0 < again[0] <= bands
+    assert sum(again) * 10 < sum(first)
+    assert state(index) == reference([*BASE, copy_of_target("near", 0), *BATCH])

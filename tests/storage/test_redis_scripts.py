@@ -1,0 +1,97 @@
+"""The bucket scripts and the command packer of the Redis storage, against plain Python references.
+
+BUCKETS_ADD appends a group id to a bucket per (band key, group id) pair, a bucket hash's pairs in
+one HMGET and one HSET (split every 2,000 fields of one hash); BUCKET_LOOKUP answers, for each row of
+band keys, the group ids of its buckets as two blobs. Both are checked on pairs that repeat a band
+key, fill one bucket hash past the split, and append to buckets that already hold ids.
+LinearPacker must send exactly the bytes redis-py's own packer sends.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import redis
+from redis.connection import PythonRespSerializer
+
+from rag_dedup.storage.redis import scripts
+from rag_dedup.storage.redis.connection import LinearPacker
+
+PREFIX = b"test-scripts:buckets:"
+
+
+def _add(client: redis.Redis, keys: np.ndarray, gids: np.ndarray) -> None:
+    for hexes, raw in scripts.pair_blobs(keys, gids, per_blob=3000):
+        client.eval(scripts.BUCKETS_ADD, 0, PREFIX, hexes, raw)
+
+
+def _lookup(client: redis.Redis, rows: np.ndarray) -> dict[int, list[int]]:
+    at, gids, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(rows), rows.shape[1]))
+    assert bad is None
+    out: dict[int, list[int]] = defaultdict(list)
+    for r, g in zip(at.tolist(), gids.tolist()):
+        out[r].append(g)
+    return {r: sorted(gs) for r, gs in out.items()}
+
+
+def test_bucket_scripts_match_a_python_reference(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*client.keys(PREFIX + b"*") or [b"none"])
+    rng = np.random.default_rng(7)
+    # One bucket hash (the same first 12 bits) with 4,500 distinct fields, past the 2,000 split; other
+    # keys spread over many hashes; a few keys repeated within one call and across calls.
+    same_hash = (np.uint64(0xABC) << np.uint64(52)) | rng.integers(0, 2**52, 4500, dtype=np.uint64)
+    spread = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64)
+    keys = np.concatenate([same_hash, spread, same_hash[:50], spread[:50]])
+    gids = rng.integers(0, 2**32 - 1, len(keys), dtype=np.uint64)
+    reference: dict[int, list[int]] = defaultdict(list)
+    for half in (slice(0, len(keys) // 2), slice(len(keys) // 2, None)):  # the second half appends to the first
+        _add(client, keys[half], gids[half])
+        for k, g in zip(keys[half].tolist(), gids[half].tolist()):
+            reference[k].append(g)
+    asked = np.concatenate([np.unique(keys), rng.integers(0, 2**64 - 1, 200, dtype=np.uint64)])  # and empty buckets
+    found = _lookup(client, asked[:, None])
+    assert found == {i: sorted(reference[k]) for i, k in enumerate(asked.tolist()) if k in reference}
+    # Rows of several band keys: each row's buckets together (a group once per bucket it is in).
+    rows = asked[: 3 * (len(asked) // 3)].reshape(-1, 3)
+    found_rows = _lookup(client, rows)
+    expected = {i: sorted(g for k in row for g in reference.get(k, [])) for i, row in enumerate(rows.tolist())}
+    assert found_rows == {i: gs for i, gs in expected.items() if gs}
+    client.delete(*client.keys(PREFIX + b"*"))
+
+
+def test_bucket_lookup_reports_a_bucket_that_is_not_whole_ids(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    key = np.array([0x1234567890ABCDEF], dtype=np.uint64)
+    hexes = key.astype(">u8").tobytes().hex()
+    client.hset(PREFIX + hexes[:3].encode(), hexes[3:].encode(), b"12345")
+    _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key[:, None]), 1))
+    assert bad == b"12345"
+    client.delete(PREFIX + hexes[:3].encode())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("SET", b"k", "v"),
+        ("CONFIG GET", "maxmemory"),
+        (b"SCRIPT LOAD", b"return 1"),
+        (b"EVAL", "return 1", 0, 1.5, -3, b"x" * 20_000, memoryview(b"view"), bytearray(b"array"), "\u00e9t\u00e9"),
+        ("HSET", b"h", *(b"field-%d" % i for i in range(5000))),
+        ("GET", b""),
+    ],
+    ids=["short", "split-name", "split-bytes-name", "mixed-types", "many-fields", "empty-argument"],
+)
+def test_linear_packer_sends_the_bytes_redis_py_sends(args: tuple[object, ...]) -> None:
+    encode = redis.Redis().connection_pool.get_encoder().encode
+    ours = b"".join(LinearPacker(encode).pack(*args))
+    theirs = b"".join(bytes(part) for part in PythonRespSerializer(6000, encode).pack(*args))
+    assert ours == theirs
+
+
+def test_linear_packer_refuses_what_redis_py_refuses() -> None:
+    encode = redis.Redis().connection_pool.get_encoder().encode
+    with pytest.raises(redis.DataError):
+        LinearPacker(encode).pack("SET", b"k", None)
