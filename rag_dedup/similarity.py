@@ -34,7 +34,7 @@ import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import set_values
-from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
+from rag_dedup.shingles import DEFAULT_NGRAM, _stream_sets, shingle_hashes, shingle_stream
 
 __all__ = [
     "TextSimilarity",
@@ -448,7 +448,7 @@ class _ShingleCache:
         with self.lock:
             return list(map(entries.get, texts)), all(map(entries.__contains__, texts))
 
-    def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
+    def put_many(self, ngram: int, texts: Sequence[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
         """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i; then
         evict the oldest entries beyond ``capacity`` (of this ``ngram`` first)."""
         stop = 0
@@ -534,6 +534,14 @@ class TextSimilarity:
         k = len(texts)
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
+            if all(map(is_, known, itertools.repeat(None))) and compiled.COMPILED:  # a cold query, compiled
+                # All k texts in one kernel pass, repeats included (shingling a repeat again costs less
+                # than pairing it with its first copy), their sets already end to end in input order.
+                found = _stream_sets(texts, ngram)
+                if found is not None:
+                    if capacity:  # a repeat's entry is stored again, at its first copy's place in the order
+                        self._cache.put_many(ngram, texts, found[0], found[1], capacity)
+                    return found
             if all(map(is_, known, itertools.repeat(None))):  # none remembered (a cold query): no pairing with the entries
                 fresh = list(dict.fromkeys(texts))
             else:
