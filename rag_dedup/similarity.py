@@ -528,27 +528,26 @@ class TextSimilarity:
         64-bit values (sorted, low 6 bits clear: :func:`_set_values`' form) after text i - 1's.
 
         The texts not remembered from earlier calls are shingled together in one pass
-        (:func:`~rag_dedup.shingles.shingle_stream`), each distinct text once; up to ``capacity`` texts
-        are remembered for later calls (0: none).
+        (:func:`~rag_dedup.shingles.shingle_stream`; with the compiled kernels, straight from their bytes
+        to their sets by one kernel, ``shingles._stream_sets``, the same values), each distinct text once;
+        up to ``capacity`` texts are remembered for later calls (0: none).
         """
         k = len(texts)
         known, complete = self._cache.get_many(ngram, texts) if capacity else ([None] * k, not k)
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
-            if all(map(is_, known, itertools.repeat(None))) and compiled.COMPILED:  # a cold query, compiled
-                # All k texts in one kernel pass, repeats included (shingling a repeat again costs less
-                # than pairing it with its first copy), their sets already end to end in input order.
-                found = _stream_sets(texts, ngram)
-                if found is not None:
-                    if capacity:  # a repeat's entry is stored again, at its first copy's place in the order
-                        self._cache.put_many(ngram, texts, found[0], found[1], capacity)
-                    return found
             if all(map(is_, known, itertools.repeat(None))):  # none remembered (a cold query): no pairing with the entries
-                fresh = list(dict.fromkeys(texts))
+                fresh: Sequence[str] = texts  # repeats included: the kernel shingles each distinct text once
             else:
                 fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
-            streamed = shingle_stream(fresh, ngram)
-            hashes, counts = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
-            if capacity:
+            # One kernel pass from the texts to their sets, in fresh's order (None: not for these texts).
+            found = _stream_sets(fresh, ngram) if compiled.COMPILED else None
+            if found is None:
+                if fresh is texts:
+                    fresh = list(dict.fromkeys(texts))
+                streamed = shingle_stream(fresh, ngram)
+                found = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
+            hashes, counts = found
+            if capacity:  # (a repeat's entry is stored again, at its first copy's place in the order)
                 self._cache.put_many(ngram, fresh, hashes, counts, capacity)
             if len(fresh) == k:
                 return hashes, counts

@@ -360,3 +360,20 @@ def test_cold_sets_with_repeats_equal_the_reference_and_remember_each_text_once(
     small = TextSimilarity()
     small.sets(texts, 5, 2)  # capacity 2: the oldest distinct text is evicted, as on the reference path
     assert list(small._cache.by_ngram[5]) == list(dict.fromkeys(texts))[-2:]
+
+
+def test_sets_of_remembered_and_new_texts_equal_the_reference(tops):
+    """A warm query with new texts among remembered ones (the kernel takes the new ones, repeats among
+    them included): the same sets as the reference path, in input order."""
+    texts = [p.text for p in tops[0]]  # type: ignore[misc]
+    later = [*texts[10:20], *[p.text for p in tops[1]][:12], texts[12], "a new text of six words here", texts[0]]
+    sim = TextSimilarity()
+    sim.sets(texts[:15], 5, 4096)
+    got = sim.sets(later, 5, 4096)
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        expected = TextSimilarity().sets(later, 5, 0)
+    finally:
+        compiled.COMPILED = previous
+    assert np.array_equal(got[1], expected[1]) and np.array_equal(got[0], expected[0])

@@ -535,6 +535,12 @@ _BYTE_CLASS[255] = 3
 _LOW_BITS = np.uint64(63)
 # "https://" as a little-endian 8-byte load: shingle_form reads it as "http://" (the decoration rule).
 _HTTPS = np.uint64(int.from_bytes(b"https://", "little"))
+# stream_sets' flag bits of a word: first on its line, dropped, holding "https://", a non-ASCII word
+# without a solid byte (settled by the caller).
+_LINE_FIRST = np.uint8(1)
+_DROP = np.uint8(2)
+_HTTPS_IN = np.uint8(4)
+_ODD = np.uint8(8)
 
 
 @kernel
@@ -555,9 +561,10 @@ def _short_word_hash(first: np.uint64, second: np.uint64, size: int, last: np.ui
 
 
 @kernel
-def _bytes_word_hash(word: np.ndarray, size: int, short_mark: np.uint64) -> np.uint64:
-    """:func:`_word_hash` of the word ``word[:size]`` (a copy, not in the buffer), its loads assembled byte
-    by byte: for the rare word rewritten before it is hashed (``https://`` to ``http://``)."""
+def _bytes_word_hash(word: np.ndarray, short_mark: np.uint64) -> np.uint64:
+    """:func:`_word_hash` of the word ``word`` (a copy, not in the buffer), its loads assembled byte by
+    byte: for the rare word rewritten before it is hashed (``https://`` to ``http://``)."""
+    size = word.shape[0]
     lo = np.uint64(0)
     hi = np.uint64(0)
     for k in range(min(size, 8)):
@@ -578,9 +585,10 @@ def _bytes_word_hash(word: np.ndarray, size: int, short_mark: np.uint64) -> np.u
 
 
 @kernel
-def _without_https(buf: np.ndarray, loads: np.ndarray, a: int, e: int, out: np.ndarray) -> np.ndarray:
+def _without_https(buf: np.ndarray, loads: np.ndarray, a: int, e: int) -> np.ndarray:
     """The word ``buf[a:e]`` with every ``https://`` replaced by ``http://`` (left to right, as
-    ``str.replace``), into ``out`` (its size in ``out[-1]``); returns ``out``."""
+    ``str.replace``)."""
+    out = np.empty(e - a, dtype=np.uint8)
     k = 0
     j = a
     while j < e:
@@ -593,8 +601,7 @@ def _without_https(buf: np.ndarray, loads: np.ndarray, a: int, e: int, out: np.n
             out[k] = buf[j]
             k += 1
             j += 1
-    out[-1] = k
-    return out
+    return out[:k]
 
 
 @kernel
@@ -644,6 +651,7 @@ def stream_sets(
     buf: np.ndarray,
     loads: np.ndarray,
     n: int,
+    which: np.ndarray,
     settled: np.ndarray,
     ngram: int,
     decoration: bool,
@@ -661,7 +669,9 @@ def stream_sets(
     its 8-byte little-endian loads at every byte (a view of stride 1). The words, the decoration and
     leading-number rules, the word hashes and the shingles are :func:`stream_words`' and
     :func:`stream_shingles`' (the tests hold this equal to the two and :func:`set_values`); each
-    text's shingles are then cleared of their low 6 bits, sorted and made unique in place.
+    text's shingles are then cleared of their low 6 bits, sorted and made unique in place. With ``which``
+    not empty, the sets returned are those of texts ``which[0], which[1], ...`` (a text's repeats are
+    shingled once).
 
     Returns ``(values, counts, pending)``. Two cases leave the caller work to do, with ``values`` empty:
     a word of non-ASCII bytes without a solid byte beyond the ``settled`` ones (``settled[j]``: whether
@@ -671,15 +681,14 @@ def stream_sets(
     """
     size = buf.shape[0]
     cap = size // 2 + 2
-    starts = np.empty(cap, dtype=np.int64)
-    ends = np.empty(cap, dtype=np.int64)
-    line_first = np.empty(cap, dtype=np.bool_)
-    drop = np.zeros(cap, dtype=np.bool_)
-    secure = np.zeros(cap, dtype=np.bool_)  # the words holding "https://"
+    # Few and small scratch arrays (int32 offsets, one flag byte per word): at a query's size, freshly
+    # touched memory costs more than the arithmetic.
+    starts = np.empty(cap, dtype=np.int32)
+    ends = np.empty(cap, dtype=np.int32)
+    flags = np.zeros(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits
+    hashes = np.empty(cap, dtype=np.uint64)
     first_word = np.empty(n + 1, dtype=np.int64)
-    odd = np.empty(2 * cap, dtype=np.int64)
     n_odd = 0
-    unsettled = False
     w = 0
     t = 0
     first_word[0] = 0
@@ -702,61 +711,77 @@ def stream_sets(
             i += 1
         starts[w] = a
         ends[w] = i
-        line_first[w] = broke
+        f = _LINE_FIRST if broke else np.uint8(0)
         broke = False
-        if decoration and i - a >= 8:
-            for j in range(a, i - 7):
-                if loads[j] == _HTTPS:
-                    secure[w] = True
-                    break
-        if decoration and not (_solid(buf[a]) or _solid(buf[i - 1])):
-            if i - a == 1:
-                drop[w] = True
-            else:
-                solid = False
-                wide = False
-                for j in range(a, i):
-                    if _solid(buf[j]):
-                        solid = True
+        if decoration:
+            if i - a >= 8:
+                for j in range(a, i - 7):
+                    if loads[j] == _HTTPS:
+                        f |= _HTTPS_IN
                         break
-                    if buf[j] >= 128:
-                        wide = True
-                if not solid:
-                    if not wide:
-                        drop[w] = True
-                    else:
-                        if n_odd < settled.shape[0]:
-                            drop[w] = settled[n_odd]
+            if not (_solid(buf[a]) or _solid(buf[i - 1])):
+                if i - a == 1:
+                    f |= _DROP
+                else:
+                    solid = False
+                    wide = False
+                    for j in range(a, i):
+                        if _solid(buf[j]):
+                            solid = True
+                            break
+                        if buf[j] >= 128:
+                            wide = True
+                    if not solid:
+                        if not wide:
+                            f |= _DROP
                         else:
-                            unsettled = True
-                        odd[2 * n_odd] = a
-                        odd[2 * n_odd + 1] = i
-                        n_odd += 1
+                            if n_odd < settled.shape[0] and settled[n_odd]:
+                                f |= _DROP
+                            f |= _ODD
+                            n_odd += 1
+        flags[w] = f
+        # The word's hash now, while its bytes are at hand (a later pass over the words costs more).
+        if f & _HTTPS_IN:
+            hashes[w] = _bytes_word_hash(_without_https(buf, loads, a, i), short_mark)
+        elif i - a <= 16:
+            hashes[w] = _short_word_hash(loads[a], loads[a + 8], i - a, buf[i - 1], short_mark)
+        else:
+            hashes[w] = _word_hash(loads, buf, a, i, short_mark)
         w += 1
     n_words = w
     for u in range(t + 1, n + 1):
         first_word[u] = n_words
-    if unsettled:
-        return np.empty(0, dtype=np.uint64), np.zeros(n, dtype=np.int64), odd[: 2 * n_odd]
+    if n_odd > settled.shape[0]:  # the caller settles them all, and calls again
+        odd = np.empty(2 * n_odd, dtype=np.int64)
+        k = 0
+        for v in range(n_words):
+            if flags[v] & _ODD:
+                odd[k] = starts[v]
+                odd[k + 1] = ends[v]
+                k += 2
+        return np.empty(0, dtype=np.uint64), np.zeros(n, dtype=np.int64), odd
     if decoration:  # the leading numbers of each line (after its dropped words) are dropped too
-        for w in range(n_words):
-            if not line_first[w]:
+        for x in range(n_words):
+            if not flags[x] & _LINE_FIRST:
                 continue
-            v = w
-            while v < n_words and (v == w or not line_first[v]):
-                if drop[v]:
+            v = x
+            while v < n_words and (v == x or not flags[v] & _LINE_FIRST):
+                if flags[v] & _DROP:
                     v += 1
                 elif _is_number(buf, starts[v], ends[v]):
-                    drop[v] = True
+                    flags[v] |= _DROP
                     v += 1
                 else:
                     break
+    widest = 1
+    for u in range(n):
+        widest = max(widest, first_word[u + 1] - first_word[u])
     out = np.empty(n_words + n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
-    words = np.empty(n_words + 1, dtype=np.uint64)
-    scratch = np.empty(n_words + 1, dtype=np.uint64)
-    rewritten = np.empty(size + 1, dtype=np.int64)  # a word rewritten, its size last
-    buckets = np.empty(2 * n_words + 3, dtype=np.int64)
+    words = np.empty(widest, dtype=np.uint64)
+    kept = np.empty(widest, dtype=np.int64)
+    scratch = np.empty(widest, dtype=np.uint64)
+    buckets = np.empty(2 * widest + 1, dtype=np.int64)
     c1 = c_table[1]
     top = np.uint64(1)  # C_1 ** (ngram - 1), to take the leaving word out of the rolling sum
     for _ in range(ngram - 1):
@@ -767,22 +792,15 @@ def stream_sets(
     for t in range(n):
         m = 0
         for v in range(first_word[t], first_word[t + 1]):
-            if not drop[v]:
-                words[m] = v
+            if not flags[v] & _DROP:
+                kept[m] = v
                 m += 1
         if m == 0:  # a text of dropped words only keeps them all
             for v in range(first_word[t], first_word[t + 1]):
-                words[m] = v
+                kept[m] = v
                 m += 1
-        for j in range(m):  # each kept word's hash, in place of its index
-            a = starts[words[j]]
-            e = ends[words[j]]
-            if secure[words[j]]:
-                words[j] = _bytes_word_hash(_without_https(buf, loads, a, e, rewritten), rewritten[-1], short_mark)
-            elif e - a <= 16:
-                words[j] = _short_word_hash(loads[a], loads[a + 8], e - a, buf[e - 1], short_mark)
-            else:
-                words[j] = _word_hash(loads, buf, a, e, short_mark)
+        for j in range(m):  # the kept words' hashes
+            words[j] = hashes[kept[j]]
         if m == 0:
             continue
         at = put
@@ -813,6 +831,24 @@ def stream_sets(
             put += 1
         counts[t] = _sort_unique(out, at, put, scratch, buckets)
         put = at + counts[t]
+    settle = np.empty(0, dtype=np.int64)
     if grams:
-        return out[:0], counts, odd[:0]
-    return out[:put], counts, odd[:0]
+        return out[:0], counts, settle
+    if which.shape[0] == 0:
+        return out[:put], counts, settle
+    first = np.empty(n + 1, dtype=np.int64)
+    first[0] = 0
+    for t in range(n):
+        first[t + 1] = first[t] + counts[t]
+    total = 0
+    for t in which:
+        total += counts[t]
+    laid = np.empty(total, dtype=np.uint64)
+    laid_counts = np.empty(which.shape[0], dtype=np.int64)
+    at = 0
+    for j in range(which.shape[0]):
+        t = which[j]
+        laid[at : at + counts[t]] = out[first[t] : first[t + 1]]
+        at += counts[t]
+        laid_counts[j] = counts[t]
+    return laid, laid_counts, settle
