@@ -664,8 +664,8 @@ def stream_sets(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``set_values(*shingles.shingle_stream(texts))`` of ``n`` texts in one pass over their bytes.
 
-    ``buf`` holds the texts' shingle forms (UTF-8, ASCII lower-cased) each followed by 0xFF (the last
-    one by 16 spaces instead: every 8-byte load at a word start and 8 bytes on stays inside), ``loads``
+    ``buf`` holds the texts' shingle forms (UTF-8, ASCII lower-cased) each followed by 0xFF, then 16
+    spaces (every 8-byte load at a word start and 8 bytes on stays inside), ``loads``
     its 8-byte little-endian loads at every byte (a view of stride 1). The words, the decoration and
     leading-number rules, the word hashes and the shingles are :func:`stream_words`' and
     :func:`stream_shingles`' (the tests hold this equal to the two and :func:`set_values`); each
