@@ -1157,6 +1157,7 @@ _NO_SETTLED = np.zeros(0, dtype=np.bool_)
 _IN_ORDER = np.zeros(0, dtype=np.int64)  # stream_sets' sets in the order of its texts
 _END = b"\xff"  # after each text in _stream_sets' buffer: a byte that UTF-8 never holds
 _END_PAD = _LOAD_PAD.encode("ascii")
+_LOADS = np.dtype("<u8")  # (a dtype object: a string is parsed again at every call)
 
 
 def _stream_sets(
@@ -1199,7 +1200,7 @@ def _stream_sets(
             ]
         ).lower()
     buf = np.frombuffer(data, dtype=np.uint8)
-    loads = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    loads = np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
     rules = (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
     values, counts, pending = stream_sets(buf, loads, n, order, _NO_SETTLED, *rules)
     if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule

@@ -707,7 +707,7 @@ def stream_sets(
             continue
         a = i
         i += 1
-        while i < size and _BYTE_CLASS[buf[i]] == 0:
+        while _BYTE_CLASS[buf[i]] == 0:  # (no bound test: the buffer ends in spaces)
             i += 1
         starts[w] = a
         ends[w] = i
@@ -716,7 +716,7 @@ def stream_sets(
         if decoration:
             if i - a >= 8:
                 for j in range(a, i - 7):
-                    if loads[j] == _HTTPS:
+                    if buf[j + 5] == 58 and loads[j] == _HTTPS:  # (58: the ":" of "https://", a byte test first)
                         f |= _HTTPS_IN
                         break
             if not (_solid(buf[a]) or _solid(buf[i - 1])):
