@@ -63,7 +63,7 @@ from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
 from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 from rag_dedup import compiled
-from rag_dedup.compiled.collapse import stream_shingles, stream_words
+from rag_dedup.compiled.collapse import stream_sets, stream_shingles, stream_words
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -1151,6 +1151,65 @@ def _stream_compiled(data: bytes, lengths: np.ndarray, ngram: int, ignore_decora
         parts[i] = part
     counts[gram_texts] = gram_counts
     return np.concatenate(parts), counts
+
+
+_NO_SETTLED = np.zeros(0, dtype=np.bool_)
+_IN_ORDER = np.zeros(0, dtype=np.int64)  # stream_sets' sets in the order of its texts
+_END = b"\xff"  # after each text in _stream_sets' buffer: a byte that UTF-8 never holds
+_END_PAD = _LOAD_PAD.encode("ascii")
+_LOADS = np.dtype("<u8")  # (a dtype object: a string is parsed again at every call)
+
+
+def _stream_sets(
+    texts: Sequence[str], ngram: int = DEFAULT_NGRAM, *, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each text's :func:`shingle_stream` shingles as a set, by the compiled kernel
+    :func:`rag_dedup.compiled.collapse.stream_sets` in one pass: ``(values, counts)`` as
+    :func:`rag_dedup.similarity._set_values` makes them of :func:`shingle_stream`'s values (sorted,
+    unique, the low 6 bits clear; the tests hold the two equal), for 1 to 64 texts that fit one buffer;
+    None where the caller takes that path instead (more texts, a text in the character-gram regime).
+
+    The buffer is each text's shingle form (``token_form`` and ``shingle_form``, run only on the non-ASCII
+    texts; an ASCII text's is its lower-cased bytes, whose ``https://`` the kernel reads as ``http://``)
+    followed by the 0xFF byte, encoded text by text (no wide joined string) and lower-cased once; the
+    kernel finds each text's end at its 0xFF, so no lengths are counted here. A text repeated in ``texts``
+    is shingled once (its set is laid out again at each place).
+    """
+    _check_ngram(ngram)
+    check_rules(ignore_decoration, short_tokens)
+    if not all(map(isinstance, texts, repeat(str))):
+        i, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
+        raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    k = len(texts)
+    if not 0 < k <= 64 or sum(map(len, texts)) + k >= _PIECE_BYTES:
+        return None
+    first: dict[str, int] = {}  # each distinct text's number, in first-seen order
+    which = [first.setdefault(t, len(first)) for t in texts]
+    n = len(first)
+    order = _IN_ORDER
+    if n < k:  # repeats: each distinct text shingled once, the sets laid out in input order by the kernel
+        texts = list(first)
+        order = np.array(which, dtype=np.int64)
+    if all(map(str.isascii, texts)):
+        data = _END.join([*map(str.encode, texts), _END_PAD]).lower()
+    else:
+        data = _END.join(
+            [
+                *(t.encode() if t.isascii() else shingle_form(token_form(t), ignore_decoration=ignore_decoration).encode() for t in texts),
+                _END_PAD,
+            ]
+        ).lower()
+    buf = np.frombuffer(data, dtype=np.uint8)
+    loads = np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
+    rules = (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
+    values, counts, pending = stream_sets(buf, loads, n, order, _NO_SETTLED, *rules)
+    if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule
+        bounds = pending.tolist()
+        settled = np.array([_decoration_bytes(data[a:e]) for a, e in zip(bounds[::2], bounds[1::2])], dtype=np.bool_)
+        values, counts, pending = stream_sets(buf, loads, n, order, settled, *rules)
+    if not len(values) and (counts < 0).any():  # a text in the character-gram regime
+        return None
+    return values, counts
 
 
 def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import gathered, set_values
-from rag_dedup.shingles import DEFAULT_NGRAM, shingle_hashes, shingle_stream
+from rag_dedup.shingles import DEFAULT_NGRAM, _stream_sets, shingle_hashes, shingle_stream
 
 __all__ = [
     "TextSimilarity",
@@ -472,7 +472,7 @@ class _ShingleCache:
             arena = self.arena
         return None if None in places else (arena, places)  # type: ignore[return-value]
 
-    def put_many(self, ngram: int, texts: list[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
+    def put_many(self, ngram: int, texts: Sequence[str], hashes: np.ndarray, counts: np.ndarray, capacity: int) -> None:
         """Remember ``texts``, whose hashes lie end to end in ``hashes``, ``counts[i]`` for text i; then
         evict the oldest entries beyond ``capacity`` (of this ``ngram`` first)."""
         total = len(hashes)
@@ -614,8 +614,9 @@ class TextSimilarity:
         64-bit values (sorted, low 6 bits clear: :func:`_set_values`' form) after text i - 1's.
 
         The texts not remembered from earlier calls are shingled together in one pass
-        (:func:`~rag_dedup.shingles.shingle_stream`), each distinct text once; up to ``capacity`` texts
-        are remembered for later calls (0: none).
+        (:func:`~rag_dedup.shingles.shingle_stream`; with the compiled kernels, straight from their bytes
+        to their sets by one kernel, ``shingles._stream_sets``, the same values), each distinct text once;
+        up to ``capacity`` texts are remembered for later calls (0: none).
         """
         k = len(texts)
         if capacity:
@@ -633,12 +634,18 @@ class TextSimilarity:
             known, complete = [None] * k, not k
         if not complete:  # some texts never seen (or not remembered): shingle each distinct one once
             if all(map(is_, known, itertools.repeat(None))):  # none remembered (a cold query): no pairing with the entries
-                fresh = list(dict.fromkeys(texts))
+                fresh: Sequence[str] = texts  # repeats included: the kernel shingles each distinct text once
             else:
                 fresh = list(dict.fromkeys(t for t, entry in zip(texts, known) if entry is None))
-            streamed = shingle_stream(fresh, ngram)
-            hashes, counts = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
-            if capacity:
+            # One kernel pass from the texts to their sets, in fresh's order (None: not for these texts).
+            found = _stream_sets(fresh, ngram) if compiled.COMPILED else None
+            if found is None:
+                if fresh is texts:
+                    fresh = list(dict.fromkeys(texts))
+                streamed = shingle_stream(fresh, ngram)
+                found = set_values(*streamed) if compiled.COMPILED else _set_values(*streamed)
+            hashes, counts = found
+            if capacity:  # (a repeat's entry is stored again, at its first copy's place in the order)
                 self._cache.put_many(ngram, fresh, hashes, counts, capacity)
             if len(fresh) == k:
                 return hashes, counts

@@ -362,3 +362,150 @@ def test_a_warm_collapse_with_an_index_decides_as_the_reference_on_real_top_30s(
     finally:
         compiled.COMPILED = previous
     assert warm == slow and any(f.reason == "cluster" for kept in warm for k in kept for f in k.folded)
+
+
+# --- the cold path of TextSimilarity.sets: shingles._stream_sets == _set_values(*shingle_stream) on numpy -
+
+
+def _sets_both(texts: list[str], **rules: object) -> tuple[tuple[np.ndarray, np.ndarray] | None, tuple[np.ndarray, np.ndarray]]:
+    from rag_dedup.shingles import _stream_sets, shingle_stream
+    from rag_dedup.similarity import _set_values
+
+    fast = _stream_sets(texts, **rules)  # type: ignore[arg-type]
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = _set_values(*shingle_stream(texts, **rules))  # type: ignore[arg-type]
+    finally:
+        compiled.COMPILED = previous
+    return fast, slow
+
+
+def _assert_same_sets(texts: list[str], **rules: object) -> None:
+    fast, slow = _sets_both(texts, **rules)
+    if fast is None:  # declined: only for a text in the character-gram regime, no text or more than 64
+        from rag_dedup.normalize import shingle_tokens
+        from rag_dedup.shingles import short_measure
+
+        short = rules.get("short_tokens", 20)
+        decoration = rules.get("ignore_decoration", True)
+        assert not 0 < len(texts) <= 64 or any(
+            short_measure(len(shingle_tokens(t, ignore_decoration=decoration)), short) == "chars"  # type: ignore[arg-type]
+            for t in texts
+        )
+        return
+    assert np.array_equal(fast[1], slow[1]) and np.array_equal(fast[0], slow[0]), rules
+
+
+@pytest.mark.parametrize("rules", _RULES)
+def test_the_sets_kernel_equals_the_reference_on_real_text(tops, rules):
+    """The real top 30s (repeats, licence URLs with https, © and curly quotes), CJK man pages, markers."""
+    from tests.test_shingles import SCRIPTS, cjk_paragraphs
+
+    batches = [[p.text for p in passages] for passages in tops]  # type: ignore[misc]
+    batches += [cjk_paragraphs()[:40], [(SCRIPTS / "bignum-header.h").read_text()]]
+    taken = 0
+    for texts in batches:
+        fast, _ = _sets_both(texts, **rules)
+        taken += fast is not None
+        _assert_same_sets(texts, **rules)
+    assert taken >= len(tops)  # the kernel, not the fallback, decided the real top 30s
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(" * 1. Redistributions of source code\n * (a) must retain (iv) the notice\n -- ok", id="markers"),
+        pytest.param("xiv. xxxix) viii. (ix) iiii. xxxx) 123. 1234. (a) ab. v. vi) ()\n(. ) x", id="numbering"),
+        pytest.param("© 2020 — « quoted » • bullet ‣ and … more words here to shingle well", id="non-ascii-punctuation"),
+        pytest.param("a" * 17 + " " + "b" * 40 + " " + "c" * 16 + " word\x00 \x00\x00 x\x00y end", id="long-words-and-nul"),
+        pytest.param(
+            "see https://example.org/a and HTTPS://x.org xhttps://y https://https://zzzzzzzzzzzzzzzzzzzz.org/\r\n"
+            "1. next line\r2) other https:/ https:// https://é",
+            id="https-and-cr",
+        ),
+        pytest.param("one two", id="one-shingle"),
+        pytest.param(" ".join(f"w{i}" for i in range(15)), id="token-set"),
+        pytest.param("* * *\n1.\n- -", id="decoration-only"),
+        pytest.param("", id="empty"),
+        pytest.param("   \n\t ", id="blank"),
+    ],
+)
+def test_the_sets_kernel_equals_the_reference_on_every_rule(text):
+    texts = [text, text.upper(), "plain words between the special ones, long enough to have shingles", text]
+    for rules in ({}, {"ignore_decoration": False}, {"short_tokens": 0}, {"ngram": 2}, {"ngram": 1}):
+        _assert_same_sets(texts, **rules)
+
+
+def test_the_sets_kernel_declines_character_gram_texts_and_large_batches():
+    from rag_dedup.shingles import _stream_sets
+
+    assert _stream_sets(["one two three four", "plain words long enough to have shingles of their own"]) is None
+    assert _stream_sets(["a text of words"] * 65) is None
+    assert _stream_sets([]) is None
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        _stream_sets(["fine", b"bytes"])  # type: ignore[list-item]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.text(max_size=80),
+            st.lists(st.sampled_from([*"ab xi v.)(1*-\n\r\t\x00©—é中한", "https://", "HTTPS://"]), max_size=60).map("".join),
+            st.lists(st.sampled_from(["ab", "xi", "1.", "©", "中文", "한국어", "https://a.b", "—", "\n", "\x00"]), max_size=60).map(" ".join),
+            st.just("word " * 300),  # long
+            st.just(""),
+        ),
+        max_size=12,
+    ),
+    ngram=st.integers(1, 8),
+    decoration=st.booleans(),
+    short_tokens=st.sampled_from([0, 3, 20]),
+)
+def test_the_sets_kernel_equals_the_reference_on_random_unicode(texts, ngram, decoration, short_tokens):
+    _assert_same_sets(texts, ngram=ngram, ignore_decoration=decoration, short_tokens=short_tokens)
+
+
+def test_cold_sets_with_repeats_equal_the_reference_and_remember_each_text_once():
+    """The cold path shingles repeats again in one pass: the same sets, in input order, and the cache
+    holds each distinct text with shingles once, in first-seen order (what eviction reads; a blank text is
+    not remembered)."""
+    texts = [
+        "alpha beta gamma delta epsilon zeta eta",
+        "one two three four five six seven",
+        "alpha beta gamma delta epsilon zeta eta",
+        "",
+        "red orange yellow green blue indigo violet",
+    ]
+    sim = TextSimilarity()
+    values, counts = sim.sets(texts, 5, 4096)
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        ref_values, ref_counts = TextSimilarity().sets(texts, 5, 4096)
+    finally:
+        compiled.COMPILED = previous
+    assert np.array_equal(values, ref_values) and np.array_equal(counts, ref_counts)
+    remembered = [t for t in dict.fromkeys(texts) if t]
+    assert list(sim._cache.by_ngram[5]) == remembered
+    small = TextSimilarity()
+    small.sets(texts, 5, 2)  # capacity 2: the oldest distinct text is evicted, as on the reference path
+    assert list(small._cache.by_ngram[5]) == remembered[-2:]
+
+
+def test_sets_of_remembered_and_new_texts_equal_the_reference(tops):
+    """A warm query with new texts among remembered ones (the kernel takes the new ones, repeats among
+    them included): the same sets as the reference path, in input order."""
+    texts = [p.text for p in tops[0]]  # type: ignore[misc]
+    later = [*texts[10:20], *[p.text for p in tops[1]][:12], texts[12], "a new text of six words here", texts[0]]
+    sim = TextSimilarity()
+    sim.sets(texts[:15], 5, 4096)
+    got = sim.sets(later, 5, 4096)
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        expected = TextSimilarity().sets(later, 5, 0)
+    finally:
+        compiled.COMPILED = previous
+    assert np.array_equal(got[1], expected[1]) and np.array_equal(got[0], expected[0])

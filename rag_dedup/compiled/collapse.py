@@ -28,7 +28,7 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows"]
+__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -635,3 +635,332 @@ def set_values(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.n
                 put += 1
                 sizes[i] += 1
     return out[:put], sizes
+
+
+# --- the cold path of TextSimilarity.sets in one pass: bytes to each text's set ---------------------------
+
+# Byte classes of the joined buffer of :func:`stream_sets`: 0 a word byte, 1 whitespace (``_space``),
+# 2 a line break (LF, CR), 3 the end of a text (0xFF, never in UTF-8).
+_BYTE_CLASS = np.zeros(256, dtype=np.uint8)
+_BYTE_CLASS[[*range(9, 14), *range(28, 33)]] = 1
+_BYTE_CLASS[10] = _BYTE_CLASS[13] = 2
+_BYTE_CLASS[255] = 3
+_LOW_BITS = np.uint64(63)
+# "https://" as a little-endian 8-byte load: shingle_form reads it as "http://" (the decoration rule).
+_HTTPS = np.uint64(int.from_bytes(b"https://", "little"))
+# stream_sets' flag bits of a word: first on its line, dropped, holding "https://", a non-ASCII word
+# without a solid byte (settled by the caller).
+_LINE_FIRST = np.uint8(1)
+_DROP = np.uint8(2)
+_HTTPS_IN = np.uint8(4)
+_ODD = np.uint8(8)
+
+
+@kernel
+def _short_word_hash(first: np.uint64, second: np.uint64, size: int, last: np.uint8, short_mark: np.uint64) -> np.uint64:
+    """:func:`_word_hash` of a word of 1 to 16 bytes from its two 8-byte loads ``first`` (at its start) and
+    ``second`` (8 bytes on) and its last byte: the loads masked by the size, the NUL rule as a product,
+    no branch on the size. Scalars only: called from a kernel with the arrays passed instead, as
+    :func:`_word_hash` is, it was measured ~3x slower per word (21 against 7 us for 2,700 words)."""
+    one = np.uint64(1)
+    low = np.uint64(min(size, 8) * 4)
+    high = np.uint64(max(size - 8, 0) * 4)
+    # A mask of 8 * k bits as two shifts of 4 * k (a shift by 64 is undefined).
+    lo = first & (((one << low) << low) - one)
+    hi = second & (((one << high) << high) - one)
+    lo += np.uint64(size) * short_mark * np.uint64(last == 0)
+    return fmix64(fmix64(lo) ^ hi)
+
+
+@kernel
+def _bytes_word_hash(word: np.ndarray, short_mark: np.uint64) -> np.uint64:
+    """:func:`_word_hash` of the word ``word`` (a copy, not in the buffer), its loads assembled byte by
+    byte: for the rare word rewritten before it is hashed (``https://`` to ``http://``)."""
+    size = word.shape[0]
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    for k in range(min(size, 8)):
+        lo |= np.uint64(word[k]) << np.uint64(8 * k)
+    for k in range(8, min(size, 16)):
+        hi |= np.uint64(word[k]) << np.uint64(8 * (k - 8))
+    if word[size - 1] == 0:
+        lo += np.uint64(size) * short_mark
+    h = fmix64(fmix64(lo) ^ hi)
+    if size <= 16:
+        return h
+    for off in range(16, size, 8):
+        block = np.uint64(0)
+        for k in range(off, min(off + 8, size)):
+            block |= np.uint64(word[k]) << np.uint64(8 * (k - off))
+        h = fmix64(h ^ block)
+    return fmix64(h ^ np.uint64(size))
+
+
+@kernel
+def _without_https(buf: np.ndarray, loads: np.ndarray, a: int, e: int) -> np.ndarray:
+    """The word ``buf[a:e]`` with every ``https://`` replaced by ``http://`` (left to right, as
+    ``str.replace``)."""
+    out = np.empty(e - a, dtype=np.uint8)
+    k = 0
+    j = a
+    while j < e:
+        if j + 8 <= e and loads[j] == _HTTPS:
+            for c in range(7):
+                out[k + c] = buf[j + c + 1] if c >= 4 else buf[j + c]
+            k += 7
+            j += 8
+        else:
+            out[k] = buf[j]
+            k += 1
+            j += 1
+    return out[:k]
+
+
+@kernel
+def _sort_unique(values: np.ndarray, lo: int, hi: int, scratch: np.ndarray, buckets: np.ndarray) -> int:
+    """Sort ``values[lo:hi]`` in place and move its distinct values to its front; returns how many.
+
+    The values are hashes, uniform over 64 bits: a counting pass by their top bits puts them into about
+    one bucket each, in bucket order, and an insertion sort then moves each only within its bucket (an
+    expected linear time, and about one unpredictable branch per value where a quicksort takes log2 of
+    the count). ``scratch`` and ``buckets`` hold at least ``hi - lo`` and ``2 (hi - lo) + 1`` items."""
+    c = hi - lo
+    if c < 2:
+        return c
+    bits = 1
+    while (1 << bits) < c:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    width = 1 << bits
+    for b in range(width + 1):
+        buckets[b] = 0
+    for j in range(lo, hi):
+        buckets[np.int64(values[j] >> shift) + 1] += 1
+    for b in range(1, width + 1):
+        buckets[b] += buckets[b - 1]
+    for j in range(lo, hi):
+        b = np.int64(values[j] >> shift)
+        scratch[buckets[b]] = values[j]
+        buckets[b] += 1
+    for j in range(1, c):
+        x = scratch[j]
+        k = j
+        while k > 0 and scratch[k - 1] > x:
+            scratch[k] = scratch[k - 1]
+            k -= 1
+        scratch[k] = x
+    values[lo] = scratch[0]
+    kept = 1
+    for j in range(1, c):
+        if scratch[j] != scratch[j - 1]:
+            values[lo + kept] = scratch[j]
+            kept += 1
+    return kept
+
+
+@kernel
+def stream_sets(
+    buf: np.ndarray,
+    loads: np.ndarray,
+    n: int,
+    which: np.ndarray,
+    settled: np.ndarray,
+    ngram: int,
+    decoration: bool,
+    short_tokens: int,
+    short_min: int,
+    short_set: int,
+    c_table: np.ndarray,
+    short_mark: np.uint64,
+    set_mark: np.uint64,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``set_values(*shingles.shingle_stream(texts))`` of ``n`` texts in one pass over their bytes.
+
+    ``buf`` holds the texts' shingle forms (UTF-8, ASCII lower-cased) each followed by 0xFF, then 16
+    spaces (every 8-byte load at a word start and 8 bytes on stays inside), ``loads``
+    its 8-byte little-endian loads at every byte (a view of stride 1). The words, the decoration and
+    leading-number rules, the word hashes and the shingles are :func:`stream_words`' and
+    :func:`stream_shingles`' (the tests hold this equal to the two and :func:`set_values`); each
+    text's shingles are then cleared of their low 6 bits, sorted and made unique in place. With ``which``
+    not empty, the sets returned are those of texts ``which[0], which[1], ...`` (a text's repeats are
+    shingled once).
+
+    Returns ``(values, counts, pending)``. Two cases leave the caller work to do, with ``values`` empty:
+    a word of non-ASCII bytes without a solid byte beyond the ``settled`` ones (``settled[j]``: whether
+    the j-th such word is decoration) makes ``pending`` the ``(start, end)`` byte pairs of all of them,
+    to settle with ``shingles._decoration_bytes`` and call again; a text in the character-gram regime
+    makes ``counts[i]`` -1 for it (the reference computes grams). Otherwise ``pending`` is empty.
+    """
+    size = buf.shape[0]
+    cap = size // 2 + 2
+    # Few and small scratch arrays (int32 offsets, one flag byte per word): at a query's size, freshly
+    # touched memory costs more than the arithmetic.
+    starts = np.empty(cap, dtype=np.int32)
+    ends = np.empty(cap, dtype=np.int32)
+    flags = np.zeros(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits
+    hashes = np.empty(cap, dtype=np.uint64)
+    first_word = np.empty(n + 1, dtype=np.int64)
+    n_odd = 0
+    w = 0
+    t = 0
+    first_word[0] = 0
+    broke = True
+    i = 0
+    while i < size:
+        c = _BYTE_CLASS[buf[i]]
+        if c != 0:
+            if c == 3:
+                t += 1
+                first_word[t] = w
+                broke = True
+            elif c == 2:
+                broke = True
+            i += 1
+            continue
+        a = i
+        i += 1
+        while _BYTE_CLASS[buf[i]] == 0:  # (no bound test: the buffer ends in spaces)
+            i += 1
+        starts[w] = a
+        ends[w] = i
+        f = _LINE_FIRST if broke else np.uint8(0)
+        broke = False
+        if decoration:
+            if i - a >= 8:
+                for j in range(a, i - 7):
+                    if buf[j + 5] == 58 and loads[j] == _HTTPS:  # (58: the ":" of "https://", a byte test first)
+                        f |= _HTTPS_IN
+                        break
+            if not (_solid(buf[a]) or _solid(buf[i - 1])):
+                if i - a == 1:
+                    f |= _DROP
+                else:
+                    solid = False
+                    wide = False
+                    for j in range(a, i):
+                        if _solid(buf[j]):
+                            solid = True
+                            break
+                        if buf[j] >= 128:
+                            wide = True
+                    if not solid:
+                        if not wide:
+                            f |= _DROP
+                        else:
+                            if n_odd < settled.shape[0] and settled[n_odd]:
+                                f |= _DROP
+                            f |= _ODD
+                            n_odd += 1
+        flags[w] = f
+        # The word's hash now, while its bytes are at hand (a later pass over the words costs more).
+        if f & _HTTPS_IN:
+            hashes[w] = _bytes_word_hash(_without_https(buf, loads, a, i), short_mark)
+        elif i - a <= 16:
+            hashes[w] = _short_word_hash(loads[a], loads[a + 8], i - a, buf[i - 1], short_mark)
+        else:
+            hashes[w] = _word_hash(loads, buf, a, i, short_mark)
+        w += 1
+    n_words = w
+    for u in range(t + 1, n + 1):
+        first_word[u] = n_words
+    if n_odd > settled.shape[0]:  # the caller settles them all, and calls again
+        odd = np.empty(2 * n_odd, dtype=np.int64)
+        k = 0
+        for v in range(n_words):
+            if flags[v] & _ODD:
+                odd[k] = starts[v]
+                odd[k + 1] = ends[v]
+                k += 2
+        return np.empty(0, dtype=np.uint64), np.zeros(n, dtype=np.int64), odd
+    if decoration:  # the leading numbers of each line (after its dropped words) are dropped too
+        for x in range(n_words):
+            if not flags[x] & _LINE_FIRST:
+                continue
+            v = x
+            while v < n_words and (v == x or not flags[v] & _LINE_FIRST):
+                if flags[v] & _DROP:
+                    v += 1
+                elif _is_number(buf, starts[v], ends[v]):
+                    flags[v] |= _DROP
+                    v += 1
+                else:
+                    break
+    widest = 1
+    for u in range(n):
+        widest = max(widest, first_word[u + 1] - first_word[u])
+    out = np.empty(n_words + n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int64)
+    words = np.empty(widest, dtype=np.uint64)
+    kept = np.empty(widest, dtype=np.int64)
+    scratch = np.empty(widest, dtype=np.uint64)
+    buckets = np.empty(2 * widest + 1, dtype=np.int64)
+    c1 = c_table[1]
+    top = np.uint64(1)  # C_1 ** (ngram - 1), to take the leaving word out of the rolling sum
+    for _ in range(ngram - 1):
+        top *= c1
+    clear = ~_LOW_BITS
+    put = 0
+    grams = False
+    for t in range(n):
+        m = 0
+        for v in range(first_word[t], first_word[t + 1]):
+            if not flags[v] & _DROP:
+                kept[m] = v
+                m += 1
+        if m == 0:  # a text of dropped words only keeps them all
+            for v in range(first_word[t], first_word[t + 1]):
+                kept[m] = v
+                m += 1
+        for j in range(m):  # the kept words' hashes
+            words[j] = hashes[kept[j]]
+        if m == 0:
+            continue
+        at = put
+        if short_tokens != 0 and short_min <= m <= short_tokens:
+            if m < short_set:
+                counts[t] = -1
+                grams = True
+                continue
+            for j in range(m):  # a token set: each token's hash, marked
+                out[put] = (words[j] + set_mark) & clear
+                put += 1
+        elif m >= ngram:
+            # Horner's sum of words[j + k] * C_1 ** (ngram - 1 - k), rolled from window to window.
+            combined = words[0]
+            for k in range(1, ngram):
+                combined = combined * c1 + words[k]
+            out[put] = combined & clear
+            put += 1
+            for j in range(1, m - ngram + 1):
+                combined = (combined - words[j - 1] * top) * c1 + words[j + ngram - 1]
+                out[put] = combined & clear
+                put += 1
+        else:  # fewer tokens than ngram: one shingle of them all
+            value = np.uint64(m) * short_mark
+            for k in range(m):
+                value += words[k] * c_table[k]
+            out[put] = value & clear
+            put += 1
+        counts[t] = _sort_unique(out, at, put, scratch, buckets)
+        put = at + counts[t]
+    settle = np.empty(0, dtype=np.int64)
+    if grams:
+        return out[:0], counts, settle
+    if which.shape[0] == 0:
+        return out[:put], counts, settle
+    first = np.empty(n + 1, dtype=np.int64)
+    first[0] = 0
+    for t in range(n):
+        first[t + 1] = first[t] + counts[t]
+    total = 0
+    for t in which:
+        total += counts[t]
+    laid = np.empty(total, dtype=np.uint64)
+    laid_counts = np.empty(which.shape[0], dtype=np.int64)
+    at = 0
+    for j in range(which.shape[0]):
+        t = which[j]
+        laid[at : at + counts[t]] = out[first[t] : first[t + 1]]
+        at += counts[t]
+        laid_counts[j] = counts[t]
+    return laid, laid_counts, settle
