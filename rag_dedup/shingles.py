@@ -61,7 +61,7 @@ import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
-from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
+from rag_dedup.normalize import NUMBERING, _fold_whitespace, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_shingles, stream_words
 
@@ -962,42 +962,43 @@ def _compiled_one(
     rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form).
 
     The same steps as :func:`_hash_piece` for one text: words, the decoration rule
-    (:func:`_compiled_decoration_drops`), word and shingle hashes; None for a text the bulk path takes
-    (fewer than ``ngram`` tokens, or in the short-text regime).
+    (:func:`_compiled_decoration_drops`), word and shingle hashes, in one kernel call
+    (:func:`rag_dedup.compiled.shingle.shingle_one`) unless words of non-ASCII punctuation or
+    line-leading numbers are to be settled here; None for a text the bulk path takes (fewer than
+    ``ngram`` tokens, or in the short-text regime).
     """
     data = form.encode("utf-8")
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(data) // 2 + 1
-    starts = np.empty(size, dtype=np.int64)
-    ends = np.empty(size, dtype=np.int64)
+    ints = np.empty(_kernels.ONE_INFO + 3 * size, dtype=np.int64)
     keep = np.empty(size, dtype=bool)
-    found = np.empty(size, dtype=np.int64)
-    info = np.empty(7, dtype=np.int64)
     rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
-    _kernels.scan_one(buf, ignore_decoration, starts, ends, keep, found, rebuilt, info)
-    words, lo, hi, inside, undecided, candidates, dropped = info.tolist()
-    starts, ends = starts[:words], ends[:words]
+    out = np.empty(size, dtype=np.uint32)
+    _kernels.shingle_one(buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out)
+    words, lo, hi, inside, undecided, candidates, _, count = ints[: _kernels.ONE_INFO].tolist()
     digest_of: bytes | None = None
     if digest and words:
         digest_of = blake2b(memoryview(rebuilt if inside else data)[lo:hi], digest_size=16).digest()
-    if ignore_decoration and words:
+    if count == -2:  # the decoration rule needs is_decoration or NUMBERING
+        at = _kernels.ONE_INFO
+        starts, ends, found = ints[at : at + words], ints[at + size : at + size + words], ints[at + 2 * size : at + 3 * size]
         keep = keep[:words]
         if undecided:
             _settle_undecided(data, starts, ends, keep, found[:undecided])
             candidates = _kernels.leading_candidates(buf, starts, ends, keep, found)
         if candidates:
             _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
-        if undecided or candidates or dropped:
-            kept = int(np.count_nonzero(keep))
-            if 0 < kept < words:  # (a text of decoration only keeps every word)
-                starts, ends = starts[keep], ends[keep]
-    n = len(starts)
-    if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
+        count = _kernels.kept_shingles(buf, starts, ends, keep, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, out)
+    if count < 0:
         return None
-    out = np.empty(n, dtype=np.uint32)
-    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], digest_of
+    return out[:count], digest_of
 
 
+def _form_digest(form: str) -> bytes | None:
+    """The exact-duplicate digest of a text given by its :func:`~rag_dedup.normalize.token_form`: the
+    canonical form is the token form with its whitespace folded (see :func:`canonical_digest`)."""
+    canon = _fold_whitespace(form.encode("utf-8"))
+    return blake2b(canon, digest_size=16).digest() if canon else None
 
 
 def _run(
@@ -1016,7 +1017,7 @@ def _run(
         found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digests is not None and shaped is form)
         if found is not None:
             if digests is not None:
-                digests.append(found[1] if shaped is form else _compiled_form_digests([form])[0])
+                digests.append(found[1] if shaped is form else _form_digest(form))
             return [found[0]]
     elif len(texts) == 1 and type(texts[0]) is str:
         # One text: the bulk path's fixed cost (~100 small numpy calls) would be most of its cost.
