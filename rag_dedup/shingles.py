@@ -608,10 +608,19 @@ def _digests(
 
 
 def _hash_piece(
-    texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int, digests: list[bytes | None] | None = None
+    texts: Sequence[str],
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digests: list[bytes | None] | None = None,
+    lower: bool = False,
 ) -> list[np.ndarray]:
     """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
-    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
+    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words).
+
+    With ``lower``, the ASCII letters of the buffer are lower-cased first (``bytes.lower()``), so that an
+    ASCII text may be given as it is, for its token form ``text.lower()``: the other texts' forms are
+    folded already, so it changes nothing in them."""
     if all(t.isascii() for t in texts):  # (isascii is O(1)): a character is a byte
         joined = "\n".join(texts).encode("ascii")
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -619,6 +628,8 @@ def _hash_piece(
         encoded = [t.encode("utf-8") for t in texts]
         joined = b"\n".join(encoded)
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    if lower:
+        joined = joined.lower()
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
     fast = compiled.COMPILED  # the compiled kernels of rag_dedup.compiled.shingle, or the numpy reference
@@ -1030,7 +1041,11 @@ def _run(
     forms: list[str] = []
     reshaped: list[int] = []  # texts whose shingle form is not their token form
     token_forms: list[str] = []  # theirs
+    lower = not canonicalized  # the ASCII texts are lower-cased in their buffer (_hash_piece)
     for i, text in enumerate(texts):
+        if lower and type(text) is str and text.isascii() and "://" not in text:
+            forms.append(text)  # its token form is text.lower() and that is its shingle form (no https://)
+            continue
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
         form = text if canonicalized else token_form(text)
@@ -1046,10 +1061,10 @@ def _run(
         piece.append(text)
         size += len(text) + 1
         if size >= _PIECE_BYTES:
-            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests, lower))
             piece, size = [], 0
     if piece:
-        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests, lower))
     if digests is not None and reshaped:
         found = _compiled_form_digests(token_forms) if compiled.COMPILED else [canonical_digest(texts[i]) for i in reshaped]
         for i, digest in zip(reshaped, found):
