@@ -183,13 +183,38 @@ def shingle_form(form: str, *, ignore_decoration: bool = True) -> str:
     """
     if form.isascii():
         return form.replace("https://", "http://") if ignore_decoration and "https://" in form else form
+    return _shape(form, None, ignore_decoration)
+
+
+def _shape(form: str, wide: str | None, ignore_decoration: bool) -> str:
+    """:func:`shingle_form` of a non-ASCII ``form``; ``wide``, if given, holds every non-ASCII character
+    of ``form`` (and maybe ASCII ones), which spares finding them."""
     if ignore_decoration and "https://" in form:
         form = form.replace("https://", "http://")
-    # The non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters.
-    if _SPLIT_OR_HANGUL.search(form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")):
+    if wide is None:  # the non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters
+        wide = form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")
+    if _SPLIT_OR_HANGUL.search(wide):
         form = _SPLIT.sub(r" \g<0> ", form)
         form = _HANGUL.sub(lambda m: " ".join(m.group()), form)
     return form
+
+
+def _token_and_shingle_form(text: str, ignore_decoration: bool = True) -> tuple[str, str]:
+    """``(token_form(text), shingle_form(token_form(text), ignore_decoration=...))`` in one pass over the
+    non-ASCII characters (the second is the first, the same object, when the shingle form changes nothing).
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    if text.isascii():
+        form = text.lower()
+        return form, shingle_form(form, ignore_decoration=ignore_decoration)
+    form, wide = _fold_unicode_hinted(text)
+    if form.isascii():  # ("Straße" folds to ASCII)
+        return form, shingle_form(form, ignore_decoration=ignore_decoration)
+    return form, _shape(form, wide, ignore_decoration)
 
 
 def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
@@ -267,19 +292,26 @@ _ISLAND_SEP = "\x00"
 
 def _fold_unicode(text: str) -> str:
     """:func:`_fold_unicode_reference`'s value, by :func:`_fold_islands` when the text is mostly ASCII."""
+    return _fold_unicode_hinted(text)[0]
+
+
+def _fold_unicode_hinted(text: str) -> tuple[str, str | None]:
+    """:func:`_fold_unicode` of ``text``, and a string that holds every non-ASCII character of it (and
+    ASCII ones) when the islands found them, else None."""
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (which canonical() rejects, token_form() keeps)
-        return _fold_unicode_reference(text)
+        return _fold_unicode_reference(text), None
     if (len(data) - len(text)) * _ISLANDS_FROM <= len(text):
-        folded = _fold_islands(data)
-        if folded is not None:
-            return folded
-    return _fold_unicode_reference(text)
+        found = _fold_islands(data)
+        if found is not None:
+            return found
+    return _fold_unicode_reference(text), None
 
 
-def _fold_islands(data: bytes) -> str | None:
-    """The Unicode folding of a mostly ASCII text, done on its non-ASCII *islands* alone; None when the
+def _fold_islands(data: bytes) -> tuple[str, str] | None:
+    """The Unicode folding of a mostly ASCII text, done on its non-ASCII *islands* alone, and the folded
+    islands (joined by U+0000: every non-ASCII character of the result is in them); None when the
     text needs more than one round of the folding (or holds U+0000): the caller then takes the
     reference, :func:`_fold_unicode_reference`. ``data`` is the text in UTF-8.
 
@@ -335,7 +367,7 @@ def _fold_islands(data: bytes) -> str | None:
         out.append(part)
         pos = end
     out.append(lowered[pos:])
-    return b"".join(out).decode("utf-8")
+    return b"".join(out).decode("utf-8"), folded
 
 
 def _fold_unicode_reference(text: str) -> str:

@@ -61,7 +61,17 @@ import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
-from rag_dedup.normalize import NUMBERING, _fold_whitespace, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
+from rag_dedup.normalize import (
+    NUMBERING,
+    _fold_whitespace,
+    _token_and_shingle_form,
+    canonical,
+    gram_text,
+    is_decoration,
+    shingle_form,
+    shingle_tokens,
+    token_form,
+)
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_shingles, stream_words
 
@@ -1023,8 +1033,10 @@ def _run(
     _check_ngram(ngram)
     check_rules(ignore_decoration, short_tokens)
     if len(texts) == 1 and type(texts[0]) is str and compiled.COMPILED:
-        form = texts[0] if canonicalized else token_form(texts[0])
-        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        if canonicalized:
+            form, shaped = texts[0], shingle_form(texts[0], ignore_decoration=ignore_decoration)
+        else:
+            form, shaped = _token_and_shingle_form(texts[0], ignore_decoration)
         found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digests is not None and shaped is form)
         if found is not None:
             if digests is not None:
@@ -1048,8 +1060,10 @@ def _run(
             continue
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        form = text if canonicalized else token_form(text)
-        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        if canonicalized:
+            form, shaped = text, shingle_form(text, ignore_decoration=ignore_decoration)
+        else:
+            form, shaped = _token_and_shingle_form(text, ignore_decoration)
         if shaped is not form:
             reshaped.append(i)
             token_forms.append(form)

@@ -83,7 +83,7 @@ def test_island_folding_equals_the_reference(pieces: list[str]) -> None:
     padded = text + "x" * (8 * len(text.encode("utf-8")))  # mostly ASCII: the island path runs
     assert _fold_unicode(padded) == _fold_unicode_reference(padded)
     found = _fold_islands(padded.encode("utf-8"))
-    assert found is None or found == _fold_unicode_reference(padded)
+    assert found is None or found[0] == _fold_unicode_reference(padded)
 
 
 @pytest.mark.parametrize(
@@ -100,8 +100,11 @@ def test_texts_that_need_a_second_round_take_the_reference(text: str) -> None:
 
 def test_island_path_is_taken_for_mostly_ascii_text() -> None:
     """The fast path runs (returns a value) on prose with a few accents; the shares fall back."""
-    assert _fold_islands("Caf\u00e9 Cr\u00e8me \u2014 \u201cQuoted\u201d".encode("utf-8")) == "caf\u00e9 cr\u00e8me \u2014 \u201cquoted\u201d"
-    assert _fold_islands("Stra\u00dfe".encode("utf-8")) == "strasse"
+    found = _fold_islands("Caf\u00e9 Cr\u00e8me \u2014 \u201cQuoted\u201d".encode("utf-8"))
+    assert found is not None and found[0] == "caf\u00e9 cr\u00e8me \u2014 \u201cquoted\u201d"
+    assert set(found[1]) >= {"\u00e9", "\u00e8", "\u2014", "\u201c", "\u201d"}
+    found = _fold_islands("Stra\u00dfe".encode("utf-8"))
+    assert found is not None and found[0] == "strasse"
     assert _fold_islands("ß\u0301".encode("utf-8")) is None
 
 
@@ -116,3 +119,27 @@ def test_real_text_folds_as_the_reference() -> None:
 def test_lone_surrogates_keep_their_behaviour() -> None:
     text = "caf\udce9 and more"
     assert _fold_unicode(text) == _fold_unicode_reference(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(st.sampled_from(_TRICKY + ["https://", "HTTPS://", "日本", "ภาษา", "대한민국의수도는서울"]), max_size=6).map("".join),
+            st.text(st.characters(blacklist_categories=["Cs"]), max_size=4),
+            st.text(alphabet=st.sampled_from(list("abcXYZ .,\n")), min_size=1, max_size=60),
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_token_and_shingle_form_in_one_pass(pieces: list[str], ignore_decoration: bool) -> None:
+    """The shingling's one pass equals token_form then shingle_form, and keeps the same object when the
+    shingle form changes nothing (which the shingling reads as 'no other digest needed')."""
+    text = "".join(pieces)
+    for t in (text, text + "x" * (8 * len(text.encode("utf-8")))):
+        form, shaped = normalize._token_and_shingle_form(t, ignore_decoration)
+        expected = normalize.shingle_form(token_form(t), ignore_decoration=ignore_decoration)
+        assert form == token_form(t)
+        assert shaped == expected
+        assert (shaped is form) == (expected == token_form(t))
