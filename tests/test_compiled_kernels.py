@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.corpus import chunks, documents
 from tests.oracles import reference_signature
 
-from rag_dedup import DedupIndex, compiled, lsh
+from rag_dedup import DedupIndex, compiled, lsh, shingles
 from rag_dedup.compiled import shingle as shingle_kernels
 from rag_dedup.minhash import EMPTY_VALUE, MinHasher
 from rag_dedup.shingles import shingle_hashes, shingle_hashes_many, shingles_and_digests
@@ -63,11 +63,18 @@ TEXTS = st.lists(st.sampled_from(ALPHABET), max_size=60).map("".join)
 RULES = st.fixed_dictionaries({"ignore_decoration": st.booleans(), "short_tokens": st.sampled_from([0, 3, 20])})
 
 
+@pytest.mark.parametrize("few", [0, shingles._FEW], ids=["bulk", "text-by-text"])
 @settings(max_examples=400, deadline=None)
-@given(st.lists(TEXTS, max_size=7), st.integers(1, 6), RULES)
-def test_compiled_shingles_and_digests_equal_the_reference_in_batches(texts: list[str], ngram: int, rules: dict) -> None:
-    """Batches go through _hash_piece: words, digests, decoration, word hashes, n-gram sets."""
-    (fast_sets, fast_digests), (slow_sets, slow_digests) = both(lambda: shingles_and_digests(texts, ngram, **rules))
+@given(texts=st.lists(TEXTS, max_size=7), ngram=st.integers(1, 6), rules=RULES)
+def test_compiled_shingles_and_digests_equal_the_reference_in_batches(texts: list[str], ngram: int, rules: dict, few: int) -> None:
+    """Batches go through _hash_piece (words, digests, decoration, word hashes, n-gram sets) or, when
+    small, text by text through the one-text kernels with the bulk path for the short texts."""
+    before = shingles._FEW
+    shingles._FEW = few
+    try:
+        (fast_sets, fast_digests), (slow_sets, slow_digests) = both(lambda: shingles_and_digests(texts, ngram, **rules))
+    finally:
+        shingles._FEW = before
     assert_same_sets(fast_sets, slow_sets)
     assert fast_digests == slow_digests
 
