@@ -181,6 +181,19 @@ def test_compiled_signatures_equal_the_reference(sets: list[list[int]], perm_see
         assert one_fast.tolist() == one_slow.tolist()
 
 
+@pytest.mark.parametrize("size", range(10))
+def test_compiled_signatures_of_every_remainder_of_four(size: int) -> None:
+    """The kernel takes four shingles a pass and the rest one by one: sets of 0 to 9 shingles, with
+    the minimum at the first, the last and a middle position."""
+    hasher = MinHasher(128, seed=1)
+    rng = np.random.default_rng(size)
+    arrays = [rng.integers(0, 1 << 32, size=size, dtype=np.uint64).astype(np.uint32) for _ in range(20)]
+    fast, slow = both(lambda: hasher.signatures(arrays))
+    assert fast.tolist() == slow.tolist()
+    for one in arrays[:3]:
+        assert both(lambda: hasher.signatures([one]))[0].tolist() == hasher.signatures([one]).tolist()
+
+
 def test_compiled_signatures_equal_datasketch_on_real_chunks() -> None:
     sets = shingle_hashes_many([t for _, t in chunks()[:100]]) + [np.empty(0, np.uint32)]
     with _path(True):
