@@ -1012,7 +1012,7 @@ def _compiled_one(
         count = _kernels.kept_shingles(buf, starts, ends, keep, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, out)
     if count < 0:
         return None
-    return out[:count], digest_of
+    return out[:count].copy(), digest_of  # (a copy: a view would keep all of ``out`` alive with the set)
 
 
 def _form_digest(form: str) -> bytes | None:
