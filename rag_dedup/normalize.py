@@ -183,13 +183,38 @@ def shingle_form(form: str, *, ignore_decoration: bool = True) -> str:
     """
     if form.isascii():
         return form.replace("https://", "http://") if ignore_decoration and "https://" in form else form
+    return _shape(form, None, ignore_decoration)
+
+
+def _shape(form: str, wide: str | None, ignore_decoration: bool) -> str:
+    """:func:`shingle_form` of a non-ASCII ``form``; ``wide``, if given, holds every non-ASCII character
+    of ``form`` (and maybe ASCII ones), which spares finding them."""
     if ignore_decoration and "https://" in form:
         form = form.replace("https://", "http://")
-    # The non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters.
-    if _SPLIT_OR_HANGUL.search(form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")):
+    if wide is None:  # the non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters
+        wide = form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")
+    if _SPLIT_OR_HANGUL.search(wide):
         form = _SPLIT.sub(r" \g<0> ", form)
         form = _HANGUL.sub(lambda m: " ".join(m.group()), form)
     return form
+
+
+def _token_and_shingle_form(text: str, ignore_decoration: bool = True) -> tuple[str, str]:
+    """``(token_form(text), shingle_form(token_form(text), ignore_decoration=...))`` in one pass over the
+    non-ASCII characters (the second is the first, the same object, when the shingle form changes nothing).
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    if text.isascii():
+        form = text.lower()
+        return form, shingle_form(form, ignore_decoration=ignore_decoration)
+    form, wide = _fold_unicode_hinted(text)
+    if form.isascii():  # ("Straße" folds to ASCII)
+        return form, shingle_form(form, ignore_decoration=ignore_decoration)
+    return form, _shape(form, wide, ignore_decoration)
 
 
 def shingle_tokens(text: str, *, ignore_decoration: bool = True) -> list[str]:
@@ -254,7 +279,98 @@ def _split_word(word: str) -> list[str]:
     return out
 
 
+# The fast path of the Unicode folding (_fold_islands): a text whose UTF-8 form has at most one extra
+# byte per _ISLANDS_FROM characters (a few accents, dashes or quotes in ASCII prose; more non-ASCII
+# than that, and the per-island work costs more than folding the whole text at once). Islands of
+# non-ASCII characters less than _ISLAND_GAP bytes apart are folded as one.
+_ISLANDS_FROM = 8
+_ISLAND_GAP = 32
+# A byte's class for bytes.find: 0 for ASCII, 1 for the bytes of multi-byte UTF-8 characters.
+_HIGH_BYTES = bytes(int(b >= 128) for b in range(256))
+_ISLAND_SEP = "\x00"
+
+
 def _fold_unicode(text: str) -> str:
+    """:func:`_fold_unicode_reference`'s value, by :func:`_fold_islands` when the text is mostly ASCII."""
+    return _fold_unicode_hinted(text)[0]
+
+
+def _fold_unicode_hinted(text: str) -> tuple[str, str | None]:
+    """:func:`_fold_unicode` of ``text``, and a string that holds every non-ASCII character of it (and
+    ASCII ones) when the islands found them, else None."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (which canonical() rejects, token_form() keeps)
+        return _fold_unicode_reference(text), None
+    if (len(data) - len(text)) * _ISLANDS_FROM <= len(text):
+        found = _fold_islands(data)
+        if found is not None:
+            return found
+    return _fold_unicode_reference(text), None
+
+
+def _fold_islands(data: bytes) -> tuple[str, str] | None:
+    """The Unicode folding of a mostly ASCII text, done on its non-ASCII *islands* alone, and the folded
+    islands (joined by U+0000: every non-ASCII character of the result is in them); None when the
+    text needs more than one round of the folding (or holds U+0000): the caller then takes the
+    reference, :func:`_fold_unicode_reference`. ``data`` is the text in UTF-8.
+
+    The text is cut before ASCII characters only: each island is a run of non-ASCII characters with the
+    one character before it (an ``e`` that a following U+0301 composes with), runs less than
+    :data:`_ISLAND_GAP` bytes apart taken together; the ASCII between islands is only lower-cased.
+    Why a cut before an ASCII character changes nothing: with ``y`` a text whose NFKD begins with an
+    ASCII character, NFKC(x + y) = NFKC(x) + NFKC(y) (an ASCII character is a starter, which canonical
+    reordering never moves a mark across, and is never the second character of a canonical
+    composition), and NFKC(y), casefold(y) and y without ignorables begin with such a character again
+    (the tests check these properties of every code point); casefold, the removal of ignorables and the
+    wide spaces are character by character. So one round of the folding is the rounds of its pieces,
+    joined; the islands are folded together, joined by U+0000 (which nothing folds to or from), and
+    when that round is stable so is the whole text's (its equalities hold piece by piece).
+    """
+    if b"\x00" in data:
+        return None
+    marks = data.translate(_HIGH_BYTES)
+    spans: list[int] = []  # lo, end of each island in data
+    start = marks.find(1)
+    while start >= 0:
+        end = marks.find(0, start)
+        while end >= 0:  # take the next run too when it is near
+            after = marks.find(1, end)
+            if after < 0 or after - end >= _ISLAND_GAP:
+                break
+            end = marks.find(0, after)
+        if end < 0:
+            end = len(data)
+        spans.append(start - 1 if start > 0 else 0)  # (the byte before a run is ASCII, but at the start)
+        spans.append(end)
+        start = marks.find(1, end)
+    joined = b"\x00".join([data[lo:end] for lo, end in zip(spans[::2], spans[1::2])]).decode("utf-8")
+    normal = unicodedata.normalize("NFKC", joined)
+    folded = normal.casefold()
+    if folded != normal:
+        renormal = unicodedata.normalize("NFKC", folded)
+        if renormal != folded:
+            return None  # a second round is due (rare: "ß\u0301")
+    if _IGNORABLE.search(folded) is not None:
+        return None  # removing it calls for a second round
+    for ch in _WIDE_SPACES:
+        if ch in folded:
+            folded = folded.replace(ch, " ")
+    parts = folded.encode("utf-8").split(b"\x00")
+    if len(parts) * 2 != len(spans):  # (cannot happen: U+0000 is in no island and comes from none)
+        return None
+    lowered = data.lower()  # (bytes.lower() changes ASCII letters only)
+    out: list[bytes] = []
+    pos = 0
+    for lo, end, part in zip(spans[::2], spans[1::2], parts):
+        out.append(lowered[pos:lo])
+        out.append(part)
+        pos = end
+    out.append(lowered[pos:])
+    return b"".join(out).decode("utf-8"), folded
+
+
+def _fold_unicode_reference(text: str) -> str:
     """NFKC, casefold, NFKC, default-ignorables removed, until stable; wide whitespace to a space.
 
     One round is stable when casefolding changed nothing, or when the second NFKC changed nothing

@@ -61,7 +61,17 @@ import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
-from rag_dedup.normalize import NUMBERING, canonical, gram_text, is_decoration, shingle_form, shingle_tokens, token_form
+from rag_dedup.normalize import (
+    NUMBERING,
+    _fold_whitespace,
+    _token_and_shingle_form,
+    canonical,
+    gram_text,
+    is_decoration,
+    shingle_form,
+    shingle_tokens,
+    token_form,
+)
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_sets, stream_shingles, stream_words
 
@@ -608,10 +618,19 @@ def _digests(
 
 
 def _hash_piece(
-    texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int, digests: list[bytes | None] | None = None
+    texts: Sequence[str],
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digests: list[bytes | None] | None = None,
+    lower: bool = False,
 ) -> list[np.ndarray]:
     """Shingle hashes of shingle-form texts, joined into one buffer; with ``digests``, also append the
-    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words)."""
+    16-byte BLAKE2b digest of each text's :func:`canonical` form (None for a text with no words).
+
+    With ``lower``, the ASCII letters of the buffer are lower-cased first (``bytes.lower()``), so that an
+    ASCII text may be given as it is, for its token form ``text.lower()``: the other texts' forms are
+    folded already, so it changes nothing in them."""
     if all(t.isascii() for t in texts):  # (isascii is O(1)): a character is a byte
         joined = "\n".join(texts).encode("ascii")
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -619,6 +638,8 @@ def _hash_piece(
         encoded = [t.encode("utf-8") for t in texts]
         joined = b"\n".join(encoded)
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    if lower:
+        joined = joined.lower()
     text_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
     buf = np.frombuffer(joined, dtype=np.uint8)
     fast = compiled.COMPILED  # the compiled kernels of rag_dedup.compiled.shingle, or the numpy reference
@@ -962,42 +983,49 @@ def _compiled_one(
     rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form).
 
     The same steps as :func:`_hash_piece` for one text: words, the decoration rule
-    (:func:`_compiled_decoration_drops`), word and shingle hashes; None for a text the bulk path takes
-    (fewer than ``ngram`` tokens, or in the short-text regime).
+    (:func:`_compiled_decoration_drops`), word and shingle hashes, in one kernel call
+    (:func:`rag_dedup.compiled.shingle.shingle_one`) unless words of non-ASCII punctuation or
+    line-leading numbers are to be settled here; None for a text the bulk path takes (fewer than
+    ``ngram`` tokens, or in the short-text regime).
     """
     data = form.encode("utf-8")
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(data) // 2 + 1
-    starts = np.empty(size, dtype=np.int64)
-    ends = np.empty(size, dtype=np.int64)
+    ints = np.empty(_kernels.ONE_INFO + 3 * size, dtype=np.int64)
     keep = np.empty(size, dtype=bool)
-    found = np.empty(size, dtype=np.int64)
-    info = np.empty(7, dtype=np.int64)
     rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
-    _kernels.scan_one(buf, ignore_decoration, starts, ends, keep, found, rebuilt, info)
-    words, lo, hi, inside, undecided, candidates, dropped = info.tolist()
-    starts, ends = starts[:words], ends[:words]
+    out = np.empty(size, dtype=np.uint32)
+    _kernels.shingle_one(buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out)
+    words, lo, hi, inside, undecided, candidates, _, count = ints[: _kernels.ONE_INFO].tolist()
     digest_of: bytes | None = None
     if digest and words:
         digest_of = blake2b(memoryview(rebuilt if inside else data)[lo:hi], digest_size=16).digest()
-    if ignore_decoration and words:
+    if count == -2:  # the decoration rule needs is_decoration or NUMBERING
+        at = _kernels.ONE_INFO
+        starts, ends, found = ints[at : at + words], ints[at + size : at + size + words], ints[at + 2 * size : at + 3 * size]
         keep = keep[:words]
         if undecided:
             _settle_undecided(data, starts, ends, keep, found[:undecided])
             candidates = _kernels.leading_candidates(buf, starts, ends, keep, found)
         if candidates:
             _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
-        if undecided or candidates or dropped:
-            kept = int(np.count_nonzero(keep))
-            if 0 < kept < words:  # (a text of decoration only keeps every word)
-                starts, ends = starts[keep], ends[keep]
-    n = len(starts)
-    if n < ngram or (short_tokens and SHORT_MIN_TOKENS <= n <= short_tokens):
+        count = _kernels.kept_shingles(buf, starts, ends, keep, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, out)
+    if count < 0:
         return None
-    out = np.empty(n, dtype=np.uint32)
-    return out[: _kernels.one_text(buf, starts, ends, ngram, _C_NP, out)], digest_of
+    return out[:count].copy(), digest_of  # (a copy: a view would keep all of ``out`` alive with the set)
 
 
+def _form_digest(form: str) -> bytes | None:
+    """The exact-duplicate digest of a text given by its :func:`~rag_dedup.normalize.token_form`: the
+    canonical form is the token form with its whitespace folded (see :func:`canonical_digest`)."""
+    canon = _fold_whitespace(form.encode("utf-8"))
+    return blake2b(canon, digest_size=16).digest() if canon else None
+
+
+# Batches of up to this many texts take the compiled one-text path text by text: below that, the bulk
+# path's fixed cost a call is more than it saves (bench_stream.py's chunks, shingles and digests, CPU
+# time a chunk: blocks of 10 22.6 us in bulk, one at a time 17.8 us, blocks of 64 17.6 us, of 1,000 16.2 us).
+_FEW = 32
 
 
 def _run(
@@ -1010,15 +1038,18 @@ def _run(
 ) -> list[np.ndarray]:
     _check_ngram(ngram)
     check_rules(ignore_decoration, short_tokens)
-    if len(texts) == 1 and type(texts[0]) is str and compiled.COMPILED:
-        form = texts[0] if canonicalized else token_form(texts[0])
-        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
-        found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digests is not None and shaped is form)
-        if found is not None:
-            if digests is not None:
-                digests.append(found[1] if shaped is form else _compiled_form_digests([form])[0])
-            return [found[0]]
-    elif len(texts) == 1 and type(texts[0]) is str:
+    if compiled.COMPILED and len(texts) <= _FEW and all(type(t) is str for t in texts):
+        found = [_compiled_text(t, ngram, canonicalized, ignore_decoration, short_tokens, digests is not None) for t in texts]
+        missing = [i for i, f in enumerate(found) if f is None]  # texts the bulk path takes (short ones)
+        rest_digests: list[bytes | None] = []
+        rest = _bulk([texts[i] for i in missing], ngram, canonicalized, ignore_decoration, short_tokens,
+                     rest_digests if digests is not None else None) if missing else []
+        done = dict(zip(missing, zip(rest, rest_digests or [None] * len(rest))))
+        pairs = [f if f is not None else done[i] for i, f in enumerate(found)]
+        if digests is not None:
+            digests.extend([d for _, d in pairs])
+        return [sh for sh, _ in pairs]
+    if len(texts) == 1 and type(texts[0]) is str and not compiled.COMPILED:
         # One text: the bulk path's fixed cost (~100 small numpy calls) would be most of its cost.
         form = texts[0] if canonicalized else token_form(texts[0])
         one = _hash_one(shingle_form(form, ignore_decoration=ignore_decoration), ngram, ignore_decoration, short_tokens)
@@ -1026,14 +1057,47 @@ def _run(
             if digests is not None:
                 digests.append(canonical_digest(texts[0]))
             return [one]
+    return _bulk(texts, ngram, canonicalized, ignore_decoration, short_tokens, digests)
+
+
+def _compiled_text(
+    text: str, ngram: int, canonicalized: bool, ignore_decoration: bool, short_tokens: int, digest: bool
+) -> tuple[np.ndarray, bytes | None] | None:
+    """One text's shingle hashes and (with ``digest``) digest by :func:`_compiled_one`, from its token
+    and shingle forms; None for a text the bulk path takes."""
+    if canonicalized:
+        form, shaped = text, shingle_form(text, ignore_decoration=ignore_decoration)
+    else:
+        form, shaped = _token_and_shingle_form(text, ignore_decoration)
+    found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, digest and shaped is form)
+    if found is not None and digest and shaped is not form:
+        return found[0], _form_digest(form)
+    return found
+
+
+def _bulk(
+    texts: Sequence[str],
+    ngram: int,
+    canonicalized: bool,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digests: list[bytes | None] | None,
+) -> list[np.ndarray]:
+    """:func:`_run` for a batch: the texts' shingle forms joined into buffers of :data:`_PIECE_BYTES`."""
     forms: list[str] = []
     reshaped: list[int] = []  # texts whose shingle form is not their token form
     token_forms: list[str] = []  # theirs
+    lower = not canonicalized  # the ASCII texts are lower-cased in their buffer (_hash_piece)
     for i, text in enumerate(texts):
+        if lower and type(text) is str and text.isascii() and "://" not in text:
+            forms.append(text)  # its token form is text.lower() and that is its shingle form (no https://)
+            continue
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        form = text if canonicalized else token_form(text)
-        shaped = shingle_form(form, ignore_decoration=ignore_decoration)
+        if canonicalized:
+            form, shaped = text, shingle_form(text, ignore_decoration=ignore_decoration)
+        else:
+            form, shaped = _token_and_shingle_form(text, ignore_decoration)
         if shaped is not form:
             reshaped.append(i)
             token_forms.append(form)
@@ -1045,10 +1109,10 @@ def _run(
         piece.append(text)
         size += len(text) + 1
         if size >= _PIECE_BYTES:
-            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+            out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests, lower))
             piece, size = [], 0
     if piece:
-        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests))
+        out.extend(_hash_piece(piece, ngram, ignore_decoration, short_tokens, digests, lower))
     if digests is not None and reshaped:
         found = _compiled_form_digests(token_forms) if compiled.COMPILED else [canonical_digest(texts[i]) for i in reshaped]
         for i, digest in zip(reshaped, found):

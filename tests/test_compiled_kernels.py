@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.corpus import chunks, documents
 from tests.oracles import reference_signature
 
-from rag_dedup import DedupIndex, compiled, lsh
+from rag_dedup import DedupIndex, compiled, lsh, shingles
 from rag_dedup.compiled import shingle as shingle_kernels
 from rag_dedup.minhash import EMPTY_VALUE, MinHasher
 from rag_dedup.shingles import shingle_hashes, shingle_hashes_many, shingles_and_digests
@@ -63,11 +63,18 @@ TEXTS = st.lists(st.sampled_from(ALPHABET), max_size=60).map("".join)
 RULES = st.fixed_dictionaries({"ignore_decoration": st.booleans(), "short_tokens": st.sampled_from([0, 3, 20])})
 
 
+@pytest.mark.parametrize("few", [0, shingles._FEW], ids=["bulk", "text-by-text"])
 @settings(max_examples=400, deadline=None)
-@given(st.lists(TEXTS, max_size=7), st.integers(1, 6), RULES)
-def test_compiled_shingles_and_digests_equal_the_reference_in_batches(texts: list[str], ngram: int, rules: dict) -> None:
-    """Batches go through _hash_piece: words, digests, decoration, word hashes, n-gram sets."""
-    (fast_sets, fast_digests), (slow_sets, slow_digests) = both(lambda: shingles_and_digests(texts, ngram, **rules))
+@given(texts=st.lists(TEXTS, max_size=7), ngram=st.integers(1, 6), rules=RULES)
+def test_compiled_shingles_and_digests_equal_the_reference_in_batches(texts: list[str], ngram: int, rules: dict, few: int) -> None:
+    """Batches go through _hash_piece (words, digests, decoration, word hashes, n-gram sets) or, when
+    small, text by text through the one-text kernels with the bulk path for the short texts."""
+    before = shingles._FEW
+    shingles._FEW = few
+    try:
+        (fast_sets, fast_digests), (slow_sets, slow_digests) = both(lambda: shingles_and_digests(texts, ngram, **rules))
+    finally:
+        shingles._FEW = before
     assert_same_sets(fast_sets, slow_sets)
     assert fast_digests == slow_digests
 
@@ -170,6 +177,20 @@ def test_compiled_signatures_equal_the_reference(sets: list[list[int]], perm_see
     assert fast.shape == slow.shape == (len(sets), num_perm)
     assert fast.tolist() == slow.tolist()
     for one in arrays[:2]:
+        one_fast, one_slow = both(lambda: hasher.signatures([one]))
+        assert one_fast.tolist() == one_slow.tolist()
+
+
+@pytest.mark.parametrize("size", range(10))
+def test_compiled_signatures_of_every_remainder_of_four(size: int) -> None:
+    """The kernel takes four shingles a pass and the rest one by one: sets of 0 to 9 shingles, with
+    the minimum at the first, the last and a middle position."""
+    hasher = MinHasher(128, seed=1)
+    rng = np.random.default_rng(size)
+    arrays = [rng.integers(0, 1 << 32, size=size, dtype=np.uint64).astype(np.uint32) for _ in range(20)]
+    fast, slow = both(lambda: hasher.signatures(arrays))
+    assert fast.tolist() == slow.tolist()
+    for one in arrays[:3]:
         one_fast, one_slow = both(lambda: hasher.signatures([one]))
         assert one_fast.tolist() == one_slow.tolist()
 

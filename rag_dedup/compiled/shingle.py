@@ -9,8 +9,9 @@ bytes or words stays there: Unicode folding, the split scripts, the regex of lin
 short-text regime. The formulas, as in the module docstring of :mod:`rag_dedup.shingles`:
 
 * a word is a maximal run of bytes outside the whitespace 9-13 and 28-32 (``str.split()``'s set);
-* word hash ``w = Σ_k byte_k · P^k mod 2^64``, computed byte by byte (``h += byte · p; p *= P``) where
-  the reference takes differences of prefix sums times ``P^-start``: the same value modulo 2^64;
+* word hash ``w = Σ_k byte_k · P^k mod 2^64``, computed by Horner's rule from the last byte
+  (``h = h · P + byte``) where the reference takes differences of prefix sums times ``P^-start``: the
+  same value modulo 2^64;
 * shingle hash ``fmix64(Σ_k w_{i+k} · C_k mod 2^64) >> 32``, sorted and made unique per text.
 
 Every integer in the arithmetic is a ``uint64`` (numba turns ``uint64`` mixed with a plain ``int`` into a
@@ -26,19 +27,14 @@ from rag_dedup.compiled import kernel
 from rag_dedup.compiled.signature import fmix64
 
 __all__ = [
-    "canonical_bytes", "decoration_status", "leading_candidates", "ngram_sets", "one_text", "scan_one", "word_hashes", "words",
+    "ONE_INFO", "canonical_bytes", "decoration_status", "kept_shingles", "leading_candidates", "ngram_sets", "shingle_one",
+    "word_hashes", "words",
 ]
 
 _ZERO = np.uint64(0)
 _S32 = np.uint64(32)
 # The polynomial base of the word hash (the 64-bit FNV prime; rag_dedup.shingles._P).
 _P = np.uint64(0x100000001B3)
-# P^k mod 2^64 for the first bytes of a word.
-_POWERS_KEPT = 32
-_POWERS = np.ones(_POWERS_KEPT, dtype=np.uint64)
-for _k in range(1, _POWERS_KEPT):
-    _POWERS[_k] = (int(_POWERS[_k - 1]) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-
 # Whitespace bytes (9-13 and 28-32, str.split()'s set), as a table: numba keeps a global array as a constant.
 _SPACE = np.zeros(256, dtype=np.bool_)
 _SPACE[9:14] = True
@@ -70,21 +66,21 @@ def words(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 @kernel
+def _word_hash(buf: np.ndarray, a: int, e: int) -> np.uint64:
+    """The uint64 polynomial hash of the word ``buf[a:e]``, by Horner's rule from its last byte
+    (``h = h · P + byte``): one multiply and add a byte, with no table of powers and no branch on the
+    word's length, faster than the independent products ``byte_k · P^k`` on words of a few bytes."""
+    h = _ZERO
+    for j in range(e - 1, a - 1, -1):
+        h = h * _P + np.uint64(buf[j])
+    return h
+
+
+@kernel
 def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, out: np.ndarray) -> None:
     """Write the uint64 polynomial hash of each word ``buf[starts[i]:ends[i]]`` to ``out[i]``."""
     for i in range(starts.shape[0]):
-        a, e = starts[i], ends[i]
-        h = _ZERO
-        # The first _POWERS_KEPT bytes with the table (independent products, which the compiler
-        # vectorises), the rest of a long word with a running power.
-        for k in range(min(e - a, _POWERS_KEPT)):
-            h += np.uint64(buf[a + k]) * _POWERS[k]
-        if e - a > _POWERS_KEPT:
-            p = _POWERS[_POWERS_KEPT - 1] * _P
-            for j in range(a + _POWERS_KEPT, e):
-                h += np.uint64(buf[j]) * p
-                p *= _P
-        out[i] = h
+        out[i] = _word_hash(buf, starts[i], ends[i])
 
 
 @kernel
@@ -194,11 +190,30 @@ def ngram_sets(
 
 
 @kernel
-def one_text(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngram: int, c: np.ndarray, out: np.ndarray) -> int:
-    """Write the sorted unique uint32 shingle hashes of the words ``buf[starts[i]:ends[i]]`` of one text
-    to ``out`` (``len(starts)`` entries at least); return how many there are."""
-    hashes = np.empty(starts.shape[0], dtype=np.uint64)
-    word_hashes(buf, starts, ends, hashes)
+def kept_shingles(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, ngram: int, short_lo: int, short_hi: int,
+    c: np.ndarray, out: np.ndarray,
+) -> int:
+    """Write the sorted unique uint32 shingle hashes of one text's words ``buf[starts[i]:ends[i]]`` with
+    ``keep[i]`` (all of them when none is kept: a text of decoration only is compared as written) to
+    ``out`` (``len(starts)`` entries at least); return how many there are, or -1 when the kept words are
+    fewer than ``ngram`` or from ``short_lo`` to ``short_hi`` (the short-text regime: the bulk path
+    takes such a text)."""
+    n = starts.shape[0]
+    kept = 0
+    for i in range(n):
+        kept += keep[i]
+    every = kept == 0
+    if every:
+        kept = n
+    if kept < ngram or short_lo <= kept <= short_hi:
+        return -1
+    hashes = np.empty(kept, dtype=np.uint64)
+    j = 0
+    for i in range(n):
+        if every or keep[i]:
+            hashes[j] = _word_hash(buf, starts[i], ends[i])
+            j += 1
     combined = _windows(hashes, ngram, c)
     m = combined.shape[0]
     for j in range(m):
@@ -356,44 +371,64 @@ def leading_candidates(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ke
     return count
 
 
+#: Entries of the ``ints`` work array of :func:`shingle_one` before its starts, ends and found.
+ONE_INFO = 8
+
+
 @kernel
-def scan_one(
+def shingle_one(
     buf: np.ndarray,
     decorate: bool,
-    starts: np.ndarray,
-    ends: np.ndarray,
+    ngram: int,
+    short_lo: int,
+    short_hi: int,
+    c: np.ndarray,
+    ints: np.ndarray,
     keep: np.ndarray,
-    found: np.ndarray,
     rebuilt: np.ndarray,
-    info: np.ndarray,
+    out: np.ndarray,
 ) -> None:
-    """One text's :func:`words`, :func:`canonical_bytes` and, with ``decorate``, :func:`decoration_status`
-    and (when no word is undecided) :func:`leading_candidates`, in one call (``DedupIndex.add``).
+    """One text in one call (``DedupIndex.add``): :func:`words`, :func:`canonical_bytes`, with ``decorate``
+    :func:`decoration_status` and (when no word is undecided) :func:`leading_candidates`, and, when the
+    bytes settled the decoration rule, :func:`kept_shingles` into ``out``.
 
-    ``starts``, ``ends``, ``keep`` and ``found`` have ``len(buf) // 2 + 1`` entries, ``rebuilt``
-    ``len(buf) + 1``; ``info`` (7 int64) receives the number of words, the canonical span (lo, hi, and 1
-    if it is in ``rebuilt``), the number of undecided words (in ``found``), the number of line-leading
-    candidates (in ``found``, when there is no undecided word; else 0) and of the words ``keep`` drops.
+    ``ints`` (int64, ``ONE_INFO + 3 * (len(buf) // 2 + 1)``) receives the number of words, the canonical
+    span (lo, hi, and 1 if it is in ``rebuilt``), the numbers of undecided words, of line-leading
+    candidates (0 when a word is undecided) and of the words dropped, and the count of
+    :func:`kept_shingles` (-2 when Python must settle undecided words or candidates first); then the
+    words' starts, ends, and the undecided words or the candidates (``found``), each ``len(buf) // 2 + 1``
+    entries. ``keep`` (bool) has ``len(buf) // 2 + 1`` entries, ``rebuilt`` ``len(buf) + 1``, ``out``
+    ``len(buf) // 2 + 1``.
     """
+    size = buf.shape[0] // 2 + 1
+    starts = ints[ONE_INFO : ONE_INFO + size]
+    ends = ints[ONE_INFO + size : ONE_INFO + 2 * size]
+    found = ints[ONE_INFO + 2 * size : ONE_INFO + 3 * size]
     n = words(buf, starts, ends)
     s, e = starts[:n], ends[:n]
     spans = np.empty((1, 2), dtype=np.int64)
     inside = np.empty(1, dtype=np.bool_)
     canonical_bytes(buf, s, e, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64), rebuilt, spans, inside)
-    info[0] = n
-    info[1] = spans[0, 0]
-    info[2] = spans[0, 1]
-    info[3] = 1 if inside[0] else 0
-    info[4] = 0
-    info[5] = 0
-    info[6] = 0
+    ints[0] = n
+    ints[1] = spans[0, 0]
+    ints[2] = spans[0, 1]
+    ints[3] = 1 if inside[0] else 0
+    ints[4] = 0
+    ints[5] = 0
+    ints[6] = 0
+    kept = keep[:n]
     if decorate and n > 0:
-        kept = keep[:n]
         undecided = decoration_status(buf, s, e, kept, found)
-        info[4] = undecided
+        ints[4] = undecided
         if undecided == 0:
-            info[5] = leading_candidates(buf, s, e, kept, found)
+            ints[5] = leading_candidates(buf, s, e, kept, found)
         dropped = 0
         for i in range(n):
             dropped += not kept[i]
-        info[6] = dropped
+        ints[6] = dropped
+        if ints[4] or ints[5]:
+            ints[7] = -2
+            return
+    else:
+        kept[:] = True
+    ints[7] = kept_shingles(buf, s, e, kept, ngram, short_lo, short_hi, c, out)

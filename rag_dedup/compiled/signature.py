@@ -5,8 +5,9 @@ The rules live in those modules (their numpy code is the reference, and the test
 kernels equal to it); the kernels only compute them in one pass:
 
 * :func:`signatures`: for each set, ``sig_k = min_x (a_k · fmix32(x) + b_k mod 2^32)`` (datasketch's
-  ``affine32``), shingle by shingle with the ``num_perm`` permutations as the inner loop, which the
-  compiler vectorises (a multiply, an add and a minimum per lane). The arithmetic is done in ``uint64``
+  ``affine32``), four shingles at a time with the ``num_perm`` permutations as the inner loop, which the
+  compiler vectorises (a multiply, an add and a minimum per lane and shingle; one load and store of the
+  running minimum per four shingles). The arithmetic is done in ``uint64``
   and masked to 32 bits, which is exactly the ``mod 2^32`` of the ``uint32`` reference. (No Mersenne
   reduction is involved: that is datasketch's ``legacy`` scheme, not ``affine32``.)
 * :func:`band_keys`: ``fmix64(Σ_j sig_j · K_j + band mod 2^64)`` per band of ``r`` rows.
@@ -70,13 +71,27 @@ def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nda
     best = np.empty(num_perm, dtype=np.uint32)
     for i in range(n):
         best[:] = _EMPTY
-        for j in range(offsets[i], offsets[i + 1]):
+        j, end = offsets[i], offsets[i + 1]
+        # Four shingles a pass over the permutations: one load and store of best[k] for four values.
+        while j + 4 <= end:
+            h0 = np.uint32(fmix32(np.uint64(values[j])))
+            h1 = np.uint32(fmix32(np.uint64(values[j + 1])))
+            h2 = np.uint32(fmix32(np.uint64(values[j + 2])))
+            h3 = np.uint32(fmix32(np.uint64(values[j + 3])))
+            for k in range(num_perm):
+                ak, bk = a[k], b[k]
+                # Truncated to 32 bits (the mod 2^32), so the compiler multiplies in 32-bit lanes.
+                v = min(min(np.uint32(ak * h0 + bk), np.uint32(ak * h1 + bk)), min(np.uint32(ak * h2 + bk), np.uint32(ak * h3 + bk)))
+                if v < best[k]:
+                    best[k] = v
+            j += 4
+        while j < end:
             h = np.uint32(fmix32(np.uint64(values[j])))
             for k in range(num_perm):
-                # Truncated to 32 bits (the mod 2^32), so the compiler multiplies in 32-bit lanes.
                 v = np.uint32(a[k] * h + b[k])
                 if v < best[k]:
                     best[k] = v
+            j += 1
         out[i] = best
 
 
