@@ -67,7 +67,7 @@ from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
 from rag_dedup.shingles import DEFAULT_NGRAM, SHORT_TOKENS, canonical_digest, check_rules, shingle_hashes_many, shingles_and_digests
-from rag_dedup.similarity import jaccard, jaccard_pairs, jaccard_upper_bounds
+from rag_dedup.similarity import jaccard, jaccard_many, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 from rag_dedup.surrogates import check_unicode
@@ -99,6 +99,11 @@ _FEW_KEYS = 256
 # (rag_dedup.clusters.Family); at most _FAMILIES are kept (a few MB each for a family of 20,000).
 _FAMILY_MIN = 512
 _FAMILIES = 4
+# add_many of at most this many items into a private store places them one at a time
+# (DedupIndex._add_few) instead of as a batch: below it, a batch's fixed cost (its bucket lookup, its
+# verification and bookkeeping, a few dozen numpy calls) is more than the one-item path's cost per
+# item (the crossover measured in the README's Performance section).
+_ONE_BY_ONE = 16
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 # A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
@@ -328,14 +333,8 @@ class DedupIndex:
         """:meth:`_add_batch` of one checked item, without the machinery that pays off for a batch.
 
         The same steps, in the same order under the lock, with the same result: one text hashed and
-        signed, its one row of band keys looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
-        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call),
-        and the new group's candidates handed to :meth:`_link_and_recluster` as one bucket (every
-        stored group that shares a band with it: for a single new group, the pairs to verify are
-        those with each of them, whatever bands they share). A new group that shares no bucket is a
-        cluster of its own (most texts): its :class:`Match` is returned at once, without reading the
-        store again. Otherwise returns None and :meth:`add` asks :meth:`_matches`; an empty text or a
-        key already in the index goes the batch way.
+        signed, then placed by :meth:`_place_one`. Returns its :class:`Match` when it is a cluster of
+        its own (most texts), else None and :meth:`add` asks :meth:`_matches`.
         """
         (shingles,), (digest,) = shingles_and_digests(
             [item.text], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
@@ -343,7 +342,22 @@ class DedupIndex:
         if digest is None:
             self._add_batch([item], previous)
             return None
-        band_keys = self._band_keys([shingles])
+        return self._place_one(item, shingles, digest, self._band_keys([shingles]), previous)
+
+    def _place_one(
+        self, item: _Item, shingles: np.ndarray, digest: bytes, band_keys: np.ndarray, previous: dict[str, str]
+    ) -> Match | None:
+        """Store one hashed item (its canonical text not empty; ``band_keys`` its ``(1, b)`` row) and place it.
+
+        Its one row of band keys is looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
+        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call);
+        its candidates (every stored group that shares a band with it: for a single new group, the
+        pairs to verify are those with each of them, whatever bands they share) are verified here at
+        once, and those at or above the threshold handed to :meth:`_link_and_recluster` as one bucket.
+        A new group with none (no bucket shared, or only false candidates) is a cluster of its own:
+        its :class:`Match` is returned at once, without reading the store again. Otherwise returns
+        None. A key already in the index goes the batch way (a retried add is a no-op, else an error).
+        """
         storage = self.storage
         key = item.key
         with storage.lock():
@@ -359,13 +373,51 @@ class DedupIndex:
                 (gid,) = storage.create_groups([digest], [shingles], band_keys)
                 new_sets[gid] = shingles
                 if candidates:
-                    buckets.append((sorted(candidates), [gid]))
+                    # A candidate below the threshold is no edge, so only those at or above it are handed
+                    # on (as one bucket, whose pairs _link verifies again: few, one kernel call); none (a
+                    # false candidate: a shared boilerplate line) leaves the new group a cluster of its own.
+                    olds = sorted(candidates)
+                    sims = _jaccard_to(shingles, storage.group_shingles(olds))
+                    linked = [g for g, sim in zip(olds, sims) if sim >= self.threshold]
+                    if linked:
+                        buckets.append((linked, [gid]))
             record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
             storage.put_items({key: record})
             if new_sets and not buckets:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
             self._link_and_recluster([gid], buckets, new_sets, fresh_items={key: record}, previous=previous)
         return None
+
+    def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:
+        """:meth:`_add_parsed` of a few checked items (at most ``_ONE_BY_ONE``) into a private store: hashed
+        and signed together, then placed one at a time by :meth:`_place_one`, which costs less than
+        a batch's fixed cost for so few. The same final state (the clusters are a pure function of
+        the set of items) and the same ``previous``. A batch that holds a key already in the index
+        takes the batch path whole (it is a no-op or an error before anything is written).
+        """
+        storage = self.storage
+        if any(rec is not None for rec in storage.get_items([item.key for item in parsed])):
+            self._add_parsed(parsed, previous)
+            return
+        sets, digests = shingles_and_digests(
+            [item.text for item in parsed], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
+        )
+        signed = [i for i, d in enumerate(digests) if d is not None]
+        band_keys = self._band_keys([sets[i] for i in signed]) if signed else None
+        row_of = {i: row for row, i in enumerate(signed)}
+        paused = gc.isenabled()
+        gc.disable()  # as _add_parsed
+        try:
+            with storage.lock():
+                for i, (item, d) in enumerate(zip(parsed, digests)):
+                    if d is None:
+                        self._add_batch([item], previous)
+                    else:
+                        row = row_of[i]
+                        self._place_one(item, sets[i], d, band_keys[row : row + 1], previous)  # type: ignore[index]
+        finally:
+            if paused:
+                gc.enable()
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -387,7 +439,10 @@ class DedupIndex:
         """
         parsed = _parse_many(items)
         previous: dict[str, str] = {}
-        self._add_parsed(parsed, previous)
+        if len(parsed) <= _ONE_BY_ONE and not self.storage.shared:
+            self._add_few(parsed, previous)
+        else:
+            self._add_parsed(parsed, previous)
         keys = [item.key for item in parsed]
         return self._matches(keys, previous, set(keys))
 
@@ -1239,6 +1294,15 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _jaccard_to(a: np.ndarray, others: Sequence[np.ndarray]) -> list[float]:
+    """The exact Jaccard of ``a`` with each of ``others`` (sorted unique shingle arrays): one kernel call
+    (:func:`~rag_dedup.compiled.index.pair_jaccard`), or :func:`~rag_dedup.similarity.jaccard_many` on the
+    reference path; the same floats (both divide the same integers)."""
+    if compiled.COMPILED:
+        return pair_jaccard([a, *others], [0] * len(others), range(1, len(others) + 1))
+    return jaccard_many(a, others).tolist()
 
 
 def _policy_name(policy: Policy) -> str:

@@ -161,7 +161,7 @@ class BandTable:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
         values = keys.reshape(-1).tolist()
-        flat_gids = [int(gid) for gid in gids for _ in range(width)]
+        flat_gids = [int(gids[0])] * width if len(gids) == 1 else [int(gid) for gid in gids for _ in range(width)]
         self._buffer_entries(values, flat_gids)
         self._buffer_keys.extend(values)
         self._buffer_gids.extend(flat_gids)
