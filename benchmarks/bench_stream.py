@@ -159,6 +159,7 @@ SPLIT_STAGES = [
     ("bucket lookup", "storage", "query_bands"),  # add()'s one row (DedupIndex._add_one)
     ("creating the group", "storage", "create_groups"),
     ("item records", "storage", "put_items"),
+    ("verification and reclustering", "index", "_jaccard_to"),  # add()'s candidates, verified at once
     ("verification and reclustering", "DedupIndex", "_link_and_recluster"),
     ("the returned Match", "DedupIndex", "_matches"),
 ]

@@ -353,7 +353,8 @@ class DedupIndex:
         (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call);
         its candidates (every stored group that shares a band with it: for a single new group, the
         pairs to verify are those with each of them, whatever bands they share) are verified here at
-        once, and those at or above the threshold handed to :meth:`_link_and_recluster` as one bucket.
+        once: those at or above the threshold are its edges, which join it and their stored components
+        into one component, reclustered here (what :meth:`_link_and_recluster` makes of them).
         A new group with none (no bucket shared, or only false candidates) is a cluster of its own:
         its :class:`Match` is returned at once, without reading the store again. Otherwise returns
         None. A key already in the index goes the batch way (a retried add is a no-op, else an error).
@@ -366,26 +367,33 @@ class DedupIndex:
             if old is not None:  # a retried add (a no-op) or an error: the batch path's rule
                 self._add_batch([item], previous)
                 return None
-            buckets: list[tuple[list[int], list[int]]] = []
-            new_sets: dict[int, np.ndarray] = {}
+            known: dict[int, np.ndarray] = {}  # the new group's shingles and those of the groups it links
+            linked: list[int] = []
             if gid is None:  # a new group: its candidates, asked before it is filed
                 (candidates,) = storage.query_bands(band_keys)
                 (gid,) = storage.create_groups([digest], [shingles], band_keys)
-                new_sets[gid] = shingles
+                known[gid] = shingles
                 if candidates:
-                    # A candidate below the threshold is no edge, so only those at or above it are handed
-                    # on (as one bucket, whose pairs _link verifies again: few, one kernel call); none (a
-                    # false candidate: a shared boilerplate line) leaves the new group a cluster of its own.
+                    # A candidate below the threshold is no edge; none at or above it (a false candidate:
+                    # a shared boilerplate line) leaves the new group a cluster of its own.
                     olds = sorted(candidates)
-                    sims = _jaccard_to(shingles, storage.group_shingles(olds))
-                    linked = [g for g, sim in zip(olds, sims) if sim >= self.threshold]
-                    if linked:
-                        buckets.append((linked, [gid]))
+                    found = storage.group_shingles(olds)
+                    for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
+                        if sim >= self.threshold:
+                            linked.append(g)
+                            known[g] = sh
             record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
             storage.put_items({key: record})
-            if new_sets and not buckets:
+            if not known:  # an exact copy of a stored group
+                self._link_and_recluster([gid], [], {}, fresh_items={key: record}, previous=previous)
+                return None
+            if not linked:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
-            self._link_and_recluster([gid], buckets, new_sets, fresh_items={key: record}, previous=previous)
+            # Its edges join the new group and the stored components of the groups it links into one
+            # component: what _link_and_recluster makes of them, without its general machinery.
+            comp = {gid}.union(*storage.component_members(linked))
+            storage.set_components([comp])
+            self._store_clusters(*self._cluster_component(sorted(comp), known), previous)
         return None
 
     def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:

@@ -74,9 +74,9 @@ class _Run:
 
 
 def _kernel_array(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
-    """``values`` as the compiled kernels take it: C-contiguous and writeable, of ``dtype`` (no copy when it
-    already is; a read-only array, as loaded from a save, is copied)."""
-    if values.dtype == dtype and values.flags.c_contiguous and values.flags.writeable:
+    """``values`` as :func:`~rag_dedup.compiled.index.band_lookup` reads it: C-contiguous, of ``dtype`` (no
+    copy when it already is; the kernel reads through its address, so a read-only array is not copied)."""
+    if values.dtype == dtype and values.flags.c_contiguous:
         return values
     return np.array(values, dtype=dtype, order="C")
 
@@ -122,32 +122,36 @@ class BandTable:
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
         self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
-        # The runs' levels as the two tuples band_lookup takes (built when first asked, dropped when the
-        # runs change; they hold the same arrays, not copies).
-        self._typed: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+        # The runs' levels as band_lookup takes them, and the arrays that array points into (built when
+        # first asked, dropped when the runs change; the runs' own arrays where they fit, not copies).
+        self._typed: tuple[np.ndarray, tuple[np.ndarray, ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_typed"] = None  # rebuilt when first asked, not copied or pickled
         return state
 
-    def _levels(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-        """The keys and the group ids of every run's main and young levels (run r at 2r and 2r + 1), as
-        the two tuples of 32 arrays :func:`~rag_dedup.compiled.index.band_lookup` takes.
+    def _levels(self) -> np.ndarray:
+        """The runs' levels as :func:`~rag_dedup.compiled.index.band_lookup` takes them: a ``(3, 32)``
+        int64 array of the data addresses of every run's main and young keys and group ids (run r at
+        columns 2r and 2r + 1) and their lengths.
 
-        Tuples of a fixed length (16 runs, two levels each) and one array type (C-contiguous, writeable
-        uint64 keys and int32 ids) give the kernel one signature, compiled once and cached on disk;
-        numba's typed lists would compile their own methods in every process (0.7 s on the first add()).
+        Built when first asked and dropped when the runs change (:meth:`_add`, :meth:`restore`); the
+        arrays it points into (the runs' own, or C-contiguous copies of the right dtype) are kept in
+        ``_typed`` beside it, so they live as long as it does. One array argument for the kernel: its
+        one signature is compiled once and cached on disk, and unboxed in well under a microsecond.
         """
         if self._typed is None:
-            keys: list[np.ndarray] = []
-            gids: list[np.ndarray] = []
+            kept: list[np.ndarray] = []
+            levels = np.zeros((3, 32), dtype=np.int64)
             for run in self._runs:
                 for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
-                    keys.append(_kernel_array(level_keys, np.uint64))
-                    gids.append(_kernel_array(level_gids, np.int32))
-            self._typed = (tuple(keys), tuple(gids))
-        return self._typed
+                    column = len(kept) // 2
+                    keys, gids = _kernel_array(level_keys, np.uint64), _kernel_array(level_gids, np.int32)
+                    kept += (keys, gids)
+                    levels[:, column] = (keys.ctypes.data, gids.ctypes.data, len(keys))
+            self._typed = (levels, tuple(kept))
+        return self._typed[0]
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs) + self._buffered
@@ -172,6 +176,9 @@ class BandTable:
     def _buffer_entries(self, keys: Sequence[int], gids: Sequence[int]) -> None:
         """File ``gids[i]`` under ``keys[i]`` in the buffer's dict."""
         buffer = self._buffer
+        if buffer.keys().isdisjoint(keys) and len(set(keys)) == len(keys):  # new keys, each once: at once
+            buffer.update(zip(keys, gids))
+            return
         get = buffer.get
         for k, g in zip(keys, gids):
             current = get(k)
@@ -245,7 +252,7 @@ class BandTable:
         values = flat.tolist()
         found: set[tuple[int, int]] = set()
         if compiled.COMPILED:
-            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())
+            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, self._levels())
             found.update(zip((rows // b).tolist(), gids.tolist()))
         else:
             self._search_runs(flat, values, b, found)
@@ -302,7 +309,7 @@ class BandTable:
         """
         values = keys.tolist()
         if compiled.COMPILED:
-            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())[1].tolist())
+            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, self._levels())[1].tolist())
         else:
             found = self._search_row(values)
         if self._buffer:
