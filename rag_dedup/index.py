@@ -99,11 +99,13 @@ _FEW_KEYS = 256
 # (rag_dedup.clusters.Family); at most _FAMILIES are kept (a few MB each for a family of 20,000).
 _FAMILY_MIN = 512
 _FAMILIES = 4
-# add_many of at most this many items into a private store places them one at a time
-# (DedupIndex._add_few) instead of as a batch: below it, a batch's fixed cost (its bucket lookup, its
-# verification and bookkeeping, a few dozen numpy calls) is more than the one-item path's cost per
-# item (the crossover measured in the README's Performance section).
-_ONE_BY_ONE = 16
+# add_many of at most this many items into a private store hashes and signs them together, then places
+# them one at a time (DedupIndex._add_few) instead of as a batch: below it, a batch's fixed cost (its
+# bucket lookup, verification and bookkeeping in numpy) is more than the one-item path's cost per item.
+# The crossover, measured on the 20k-chunk stream of bench_stream.py (blocks of k added to both paths
+# in turn): one at a time 1.37x faster a chunk on blocks of 1, 1.04-1.37x on 8 to 48, even at 64 to
+# 128 (0.97-1.00), slower from 200 (0.91) and 400 (0.78).
+_ONE_BY_ONE = 64
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 # A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
@@ -443,7 +445,9 @@ class DedupIndex:
                 from the batch that held it (batches of 1,024 items, or of a sixteenth of the
                 items already indexed when that is more, at most 16,384).
 
-        The cyclic garbage collector is paused while this runs and restored afterwards.
+        The cyclic garbage collector is paused while this runs and restored afterwards. Up to 64 items
+        into a private store (one document's chunks) are hashed together and then placed one at a
+        time, which costs less than a batch for so few: the same result either way.
         """
         parsed = _parse_many(items)
         previous: dict[str, str] = {}

@@ -92,6 +92,7 @@ def test_one_row_lookup_equals_the_array_lookup() -> None:
     levels, in the write buffer, in no bucket, and with a deleted group."""
     rng = np.random.default_rng(9)
     table = BandTable()
+    table._BUFFER_LIMIT = 4096  # the buffer is merged into the runs within the inserts below
     keys = rng.integers(0, 1 << 63, size=(6000, 7), dtype=np.uint64) * np.uint64(2)
     keys[1::5, :4] = keys[0::5, :4][: len(keys[1::5])]  # rows sharing buckets
     table.insert(list(range(5000)), keys[:5000])  # straight into the runs

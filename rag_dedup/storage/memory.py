@@ -99,7 +99,12 @@ class BandTable:
     may say yes for a key that is not there (then the search finds nothing), never no for one that is.
     """
 
-    _BUFFER_LIMIT = 4096
+    # Entries the buffer holds before they are merged into the runs (a merge of the buffer costs a fixed
+    # part for each of the 16 runs and a copy of their young levels: fewer, larger merges cost less an
+    # entry, 8 against 10 us an add() at 20k chunks; the buffer's dict costs ~120 bytes an entry meanwhile);
+    # and the size from which an insert goes straight to the runs (an add_many batch of ~200 texts or more).
+    _BUFFER_LIMIT = 16384
+    _DIRECT_LIMIT = 4096
     # Queries of at most this many keys (one add, or an add_many of about a dozen texts at 21 bands,
     # where the small path is the faster) take _query_small.
     _SMALL_QUERY = 256
@@ -161,7 +166,7 @@ class BandTable:
         if len(gids) == 0:
             return
         width = keys.shape[1]
-        if keys.size >= self._BUFFER_LIMIT:
+        if keys.size >= self._DIRECT_LIMIT:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
         values = keys.reshape(-1).tolist()
