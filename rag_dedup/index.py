@@ -386,8 +386,12 @@ class DedupIndex:
                             known[g] = sh
             record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
             storage.put_items({key: record})
-            if not known:  # an exact copy of a stored group
-                self._link_and_recluster([gid], [], {}, fresh_items={key: record}, previous=previous)
+            if not known:
+                # An exact copy of a stored group: its component is unchanged, the copy is placed in it
+                # (what _link_and_recluster does with a touched old group and no new edges).
+                (comp,) = storage.component_members([gid])
+                placed = self._place_exact_copies(set(comp), {key: record})
+                self._store_clusters(*(placed or self._cluster_component(sorted(comp), {})), previous)
                 return None
             if not linked:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
