@@ -335,8 +335,8 @@ class DedupIndex:
         """:meth:`_add_batch` of one checked item, without the machinery that pays off for a batch.
 
         The same steps, in the same order under the lock, with the same result: one text hashed and
-        signed, then placed by :meth:`_place_one`. Returns its :class:`Match` when it is a cluster of
-        its own (most texts), else None and :meth:`add` asks :meth:`_matches`.
+        signed, then placed by :meth:`_place_one`. Returns its :class:`Match` when it is a new group
+        (most texts), else None and :meth:`add` asks :meth:`_matches`.
         """
         (shingles,), (digest,) = shingles_and_digests(
             [item.text], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
@@ -358,8 +358,10 @@ class DedupIndex:
         once: those at or above the threshold are its edges, which join it and their stored components
         into one component, reclustered here (what :meth:`_link_and_recluster` makes of them).
         A new group with none (no bucket shared, or only false candidates) is a cluster of its own:
-        its :class:`Match` is returned at once, without reading the store again. Otherwise returns
-        None. A key already in the index goes the batch way (a retried add is a no-op, else an error).
+        its :class:`Match` is returned at once, without reading the store again; a new group with
+        edges gets its :class:`Match` from the clusters just stored (:func:`_new_group_match`).
+        Otherwise (an exact copy of a stored text, an empty text, a key already in the index: the
+        batch way, a retried add is a no-op, else an error) returns None.
         """
         storage = self.storage
         key = item.key
@@ -399,8 +401,9 @@ class DedupIndex:
             # component: what _link_and_recluster makes of them, without its general machinery.
             comp = {gid}.union(*storage.component_members(linked))
             storage.set_components([comp])
-            self._store_clusters(*self._cluster_component(sorted(comp), known), previous)
-        return None
+            keys, clusters = self._cluster_component(sorted(comp), known)
+            self._store_clusters(keys, clusters, previous)
+            return _new_group_match(key, clusters, previous)
 
     def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:
         """:meth:`_add_parsed` of a few checked items (at most ``_ONE_BY_ONE``) into a private store: hashed
@@ -1310,6 +1313,25 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mapping[str, str]) -> Match:
+    """The :class:`Match` :meth:`DedupIndex._matches` gives ``key``, just added (``added`` is ``{key}``),
+    the one item of a new group, from the clusters of its component just stored (``clusters``, as
+    :func:`~rag_dedup.clusters.cluster_component` returns them) and ``previous`` (the representatives
+    before the call), without reading the store again: a cluster of one is not stored ("unique"); a
+    new group has one copy, so a larger cluster makes it "near"."""
+    for rep, members in clusters:
+        for k, sim in members:
+            if k != key:
+                continue
+            if len(members) < 2:
+                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+            before = Counter(previous.get(m, rep) for m, _ in members if m != key)
+            most = min(before.items(), key=lambda kc: (-kc[1], kc[0]))[0] if before else rep
+            moved = None if most == rep else most
+            return tuple.__new__(Match, (key, rep, rep, None if rep == key else rep, sim, "near", len(members), moved))
+    raise RuntimeError(f"{key!r} is in no cluster of its component")
 
 
 def _jaccard_to(a: np.ndarray, others: Sequence[np.ndarray]) -> list[float]:

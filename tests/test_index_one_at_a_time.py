@@ -218,3 +218,33 @@ def test_a_few_items_with_a_stored_key_take_the_batch_path_whole() -> None:
     with pytest.raises(ValueError, match="already in the index with another text"):
         index.add_many([items[7], (items[1][0], items[8][1])])
     assert items[7][0] not in index and len(index) == 5
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 40))
+def test_add_returns_the_match_of_the_batch_path(rng: random.Random, n: int) -> None:
+    """``add()`` returns what ``add_many`` of that one item returns on the batch path, ``displaced``
+    too, for every branch of ``_place_one``: a new group alone, a new group with edges (its Match
+    built from the clusters just stored, :func:`~rag_dedup.index._new_group_match`), an exact copy
+    and an empty text (their Match asked of ``_matches``); the clusters end the same."""
+    one, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    got: list[Match] = []
+    for key, text in _family_items(rng, n):
+        answer = one.add(key, text)
+        with batch_path():
+            assert [answer] == batch.add_many([(key, text)])
+        assert answer == one.match(key)._replace(displaced=answer.displaced)
+        got.append(answer)
+    assert sorted(one.clusters()) == sorted(batch.clusters())
+
+
+def test_add_returns_moved_representatives_as_the_batch_path() -> None:
+    """The same in a stream where representatives move (``displaced`` set) and near-duplicates join."""
+    one, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    got = []
+    for key, text in _family_items(random.Random(1), 60):
+        got.append(one.add(key, text))
+        with batch_path():
+            assert [got[-1]] == batch.add_many([(key, text)])
+    assert any(m.displaced for m in got) and {m.kind for m in got} == {"unique", "exact", "near"}
+    assert any(m.displaced and m.kind == "near" for m in got)

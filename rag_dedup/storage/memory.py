@@ -9,6 +9,7 @@ cost several times that.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -488,6 +489,9 @@ class Snapshot:
     clusters: list[ClusterEntry] = field(default_factory=list)
 
 
+_NO_LOCK = contextlib.nullcontext()
+
+
 class MemoryStorage(Bookkeeping):
     """The default storage: everything in this process. Persist it with ``DedupIndex.save``.
 
@@ -526,6 +530,34 @@ class MemoryStorage(Bookkeeping):
 
     def drop(self) -> None:
         self.__init__()  # type: ignore[misc]
+
+    def lock(self) -> contextlib.AbstractContextManager[Any]:
+        """A no-op (a private store): one shared ``nullcontext``, not a new one a call (a dozen an ``add()``)."""
+        return _NO_LOCK
+
+    # --- one item or group at a time (add()'s path): the Bookkeeping rule, without its dicts and loops
+    def put_items(self, items: Mapping[str, ItemRecord]) -> None:
+        if len(items) != 1:
+            super().put_items(items)
+            return
+        ((key, rec),) = items.items()
+        self._items[key] = rec
+        if rec.source is not None:
+            self._add(Table.SOURCES, ((rec.source, key),))
+        if rec.gid != EMPTY_GROUP:
+            self._add(Table.GROUP_ITEMS, ((rec.gid, key),))
+
+    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:
+            return super().create_groups(digests, shingles, band_keys)
+        gid = len(self._shingles)  # _new_group_ids(1), then the group's columns and digest written
+        digest = bytes(digests[0])
+        self._digests.append(digest)
+        self._shingles.append(np.asarray(shingles[0]).astype(np.uint32, copy=False).tobytes())
+        self._group_items.append(None)
+        self._digest_to_gid[digest] = gid
+        self._bands.insert((gid,), np.asarray(band_keys, dtype=np.uint64).reshape(1, -1))
+        return [gid]
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
