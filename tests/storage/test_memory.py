@@ -112,6 +112,14 @@ def test_one_group_and_one_item_writes_equal_the_general_rule(ops) -> None:
         assert sorted(fast.keys_of_source(source)) == sorted(general.keys_of_source(source))  # type: ignore[arg-type]
     gids = list(range(len(a.digests)))
     assert fast.group_items(gids) == general.group_items(gids)
+    for store in (fast, general):  # the direct reads equal the general rule's
+        store.set_components([gids[:2], gids[2:3]])
+        store.set_clusters([], [(next(iter(records)), [(next(iter(records)), 1.0), ("other", 0.9)])])
+        keys = [*records, "other", "unknown"]
+        assert store.get_items(keys) == Bookkeeping.get_items(store, keys)
+        assert store.find_groups([*a.digests, b"?"]) == Bookkeeping.find_groups(store, [*a.digests, b"?"])
+        assert store.component_members(gids) == Bookkeeping.component_members(store, gids)
+        assert store.get_clusters(keys) == Bookkeeping.get_clusters(store, keys)
     probe = np.stack([a.band_keys[:4]]) if len(a.band_keys) >= 4 else None
     if probe is not None:
         assert fast.query_bands(probe) == general.query_bands(probe)
