@@ -58,7 +58,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import intersection_matrix, pack
+from rag_dedup.compiled.index import intersection_matrix, pack, pair_jaccard
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
@@ -379,6 +379,36 @@ def _cluster_few(
     return clusters
 
 
+def _cluster_two(
+    items: Mapping[int, list[Member]],
+    group_of: Mapping[str, int],
+    a: int,
+    b: int,
+    sim: float,
+    floor: float,
+    policy: Policy,
+) -> list[tuple[str, list[tuple[str, float]]]]:
+    """The loop of :func:`cluster_component` over a component of two groups ``a < b`` whose sets have
+    Jaccard ``sim``, in closed form (the tests hold it equal to the loop). Two groups have the same
+    coverage (``|a ∩ b| / (|a| + |b| - |a ∩ b|)``, or 0.0 for both), so the center is the policy's
+    choice among every member. At or above ``floor`` both groups are one cluster, every member of it
+    eligible (each is ``sim >= floor`` to the other group), so its representative is the policy's
+    choice among every member again; below it, the center's group is a cluster and the other group
+    the next (each a cluster of one group: every member eligible, the representative the policy's
+    choice among its members, :func:`_first_eligible`'s too)."""
+    everyone = [*items[a], *items[b]]
+    center = choose(policy, everyone)
+    if sim >= floor:
+        rep = center if policy is longest_then_authority else choose(policy, everyone)
+        return [(rep.key, _placed(rep.key, group_of[rep.key], (a, b), (sim, sim), items))]
+    first = group_of[center.key]
+    clusters = []
+    for g in (first, b if first == a else a):
+        rep = choose(policy, items[g])
+        clusters.append((rep.key, _placed(rep.key, g, (g,), (1.0,), items)))
+    return clusters
+
+
 def _per_row(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The sums of consecutive runs of ``values``, run i of length ``sizes[i]`` (empty runs sum to 0)."""
     sums = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
@@ -432,6 +462,10 @@ def cluster_component(
         if len(family) != len(remaining) or any(g not in family.index for g in remaining):
             raise ValueError("the family does not hold exactly the groups of the members")
         rows = family.rows(remaining)
+    if rows is None and len(remaining) == 2 and compiled.COMPILED:
+        a, b = remaining
+        (sim,) = pair_jaccard([shingles[a], shingles[b]], [0], [1])
+        return _cluster_two(items, group_of, a, b, sim, floor, policy)
     if rows is None and len(remaining) <= _DENSE_MAX and compiled.COMPILED:
         return _cluster_few(items, group_of, remaining, _Dense(remaining, shingles), floor, policy)
     clusters: list[tuple[str, list[tuple[str, float]]]] = []

@@ -67,7 +67,7 @@ from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
 from rag_dedup.shingles import DEFAULT_NGRAM, SHORT_TOKENS, canonical_digest, check_rules, shingle_hashes_many, shingles_and_digests
-from rag_dedup.similarity import jaccard, jaccard_pairs, jaccard_upper_bounds
+from rag_dedup.similarity import jaccard, jaccard_many, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
 from rag_dedup.surrogates import check_unicode
@@ -99,6 +99,13 @@ _FEW_KEYS = 256
 # (rag_dedup.clusters.Family); at most _FAMILIES are kept (a few MB each for a family of 20,000).
 _FAMILY_MIN = 512
 _FAMILIES = 4
+# add_many of at most this many items into a private store hashes and signs them together, then places
+# them one at a time (DedupIndex._add_few) instead of as a batch: below it, a batch's fixed cost (its
+# bucket lookup, verification and bookkeeping in numpy) is more than the one-item path's cost per item.
+# The crossover, measured on the 20k-chunk stream of bench_stream.py (blocks of k added to both paths
+# in turn): one at a time 1.37x faster a chunk on blocks of 1, 1.04-1.37x on 8 to 48, even at 64 to
+# 128 (0.97-1.00), slower from 200 (0.91) and 400 (0.78).
+_ONE_BY_ONE = 64
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 # A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
@@ -328,14 +335,8 @@ class DedupIndex:
         """:meth:`_add_batch` of one checked item, without the machinery that pays off for a batch.
 
         The same steps, in the same order under the lock, with the same result: one text hashed and
-        signed, its one row of band keys looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
-        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call),
-        and the new group's candidates handed to :meth:`_link_and_recluster` as one bucket (every
-        stored group that shares a band with it: for a single new group, the pairs to verify are
-        those with each of them, whatever bands they share). A new group that shares no bucket is a
-        cluster of its own (most texts): its :class:`Match` is returned at once, without reading the
-        store again. Otherwise returns None and :meth:`add` asks :meth:`_matches`; an empty text or a
-        key already in the index goes the batch way.
+        signed, then placed by :meth:`_place_one`. Returns its :class:`Match` when it is a new group
+        (most texts), else None and :meth:`add` asks :meth:`_matches`.
         """
         (shingles,), (digest,) = shingles_and_digests(
             [item.text], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
@@ -343,7 +344,25 @@ class DedupIndex:
         if digest is None:
             self._add_batch([item], previous)
             return None
-        band_keys = self._band_keys([shingles])
+        return self._place_one(item, shingles, digest, self._band_keys([shingles]), previous)
+
+    def _place_one(
+        self, item: _Item, shingles: np.ndarray, digest: bytes, band_keys: np.ndarray, previous: dict[str, str]
+    ) -> Match | None:
+        """Store one hashed item (its canonical text not empty; ``band_keys`` its ``(1, b)`` row) and place it.
+
+        Its one row of band keys is looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
+        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call);
+        its candidates (every stored group that shares a band with it: for a single new group, the
+        pairs to verify are those with each of them, whatever bands they share) are verified here at
+        once: those at or above the threshold are its edges, which join it and their stored components
+        into one component, reclustered here (what :meth:`_link_and_recluster` makes of them).
+        A new group with none (no bucket shared, or only false candidates) is a cluster of its own:
+        its :class:`Match` is returned at once, without reading the store again; a new group with
+        edges gets its :class:`Match` from the clusters just stored (:func:`_new_group_match`).
+        Otherwise (an exact copy of a stored text, an empty text, a key already in the index: the
+        batch way, a retried add is a no-op, else an error) returns None.
+        """
         storage = self.storage
         key = item.key
         with storage.lock():
@@ -352,20 +371,70 @@ class DedupIndex:
             if old is not None:  # a retried add (a no-op) or an error: the batch path's rule
                 self._add_batch([item], previous)
                 return None
-            buckets: list[tuple[list[int], list[int]]] = []
-            new_sets: dict[int, np.ndarray] = {}
+            known: dict[int, np.ndarray] = {}  # the new group's shingles and those of the groups it links
+            linked: list[int] = []
             if gid is None:  # a new group: its candidates, asked before it is filed
                 (candidates,) = storage.query_bands(band_keys)
                 (gid,) = storage.create_groups([digest], [shingles], band_keys)
-                new_sets[gid] = shingles
+                known[gid] = shingles
                 if candidates:
-                    buckets.append((sorted(candidates), [gid]))
+                    # A candidate below the threshold is no edge; none at or above it (a false candidate:
+                    # a shared boilerplate line) leaves the new group a cluster of its own.
+                    olds = sorted(candidates)
+                    found = storage.group_shingles(olds)
+                    for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
+                        if sim >= self.threshold:
+                            linked.append(g)
+                            known[g] = sh
             record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
             storage.put_items({key: record})
-            if new_sets and not buckets:
+            if not known:
+                # An exact copy of a stored group: its component is unchanged, the copy is placed in it
+                # (what _link_and_recluster does with a touched old group and no new edges).
+                (comp,) = storage.component_members([gid])
+                placed = self._place_exact_copies(set(comp), {key: record})
+                self._store_clusters(*(placed or self._cluster_component(sorted(comp), {})), previous)
+                return None
+            if not linked:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
-            self._link_and_recluster([gid], buckets, new_sets, fresh_items={key: record}, previous=previous)
-        return None
+            # Its edges join the new group and the stored components of the groups it links into one
+            # component: what _link_and_recluster makes of them, without its general machinery.
+            comp = {gid}.union(*storage.component_members(linked))
+            storage.set_components([comp])
+            keys, clusters = self._cluster_component(sorted(comp), known)
+            self._store_clusters(keys, clusters, previous)
+            return _new_group_match(key, clusters, previous)
+
+    def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:
+        """:meth:`_add_parsed` of a few checked items (at most ``_ONE_BY_ONE``) into a private store: hashed
+        and signed together, then placed one at a time by :meth:`_place_one`, which costs less than
+        a batch's fixed cost for so few. The same final state (the clusters are a pure function of
+        the set of items) and the same ``previous``. A batch that holds a key already in the index
+        takes the batch path whole (it is a no-op or an error before anything is written).
+        """
+        storage = self.storage
+        if any(rec is not None for rec in storage.get_items([item.key for item in parsed])):
+            self._add_parsed(parsed, previous)
+            return
+        sets, digests = shingles_and_digests(
+            [item.text for item in parsed], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
+        )
+        signed = [i for i, d in enumerate(digests) if d is not None]
+        band_keys = self._band_keys([sets[i] for i in signed]) if signed else None
+        row_of = {i: row for row, i in enumerate(signed)}
+        paused = gc.isenabled()
+        gc.disable()  # as _add_parsed
+        try:
+            with storage.lock():
+                for i, (item, d) in enumerate(zip(parsed, digests)):
+                    if d is None:
+                        self._add_batch([item], previous)
+                    else:
+                        row = row_of[i]
+                        self._place_one(item, sets[i], d, band_keys[row : row + 1], previous)  # type: ignore[index]
+        finally:
+            if paused:
+                gc.enable()
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -383,11 +452,16 @@ class DedupIndex:
                 from the batch that held it (batches of 1,024 items, or of a sixteenth of the
                 items already indexed when that is more, at most 16,384).
 
-        The cyclic garbage collector is paused while this runs and restored afterwards.
+        The cyclic garbage collector is paused while this runs and restored afterwards. Up to 64 items
+        into a private store (one document's chunks) are hashed together and then placed one at a
+        time, which costs less than a batch for so few: the same result either way.
         """
         parsed = _parse_many(items)
         previous: dict[str, str] = {}
-        self._add_parsed(parsed, previous)
+        if len(parsed) <= _ONE_BY_ONE and not self.storage.shared:
+            self._add_few(parsed, previous)
+        else:
+            self._add_parsed(parsed, previous)
         keys = [item.key for item in parsed]
         return self._matches(keys, previous, set(keys))
 
@@ -1244,6 +1318,34 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mapping[str, str]) -> Match:
+    """The :class:`Match` :meth:`DedupIndex._matches` gives ``key``, just added (``added`` is ``{key}``),
+    the one item of a new group, from the clusters of its component just stored (``clusters``, as
+    :func:`~rag_dedup.clusters.cluster_component` returns them) and ``previous`` (the representatives
+    before the call), without reading the store again: a cluster of one is not stored ("unique"); a
+    new group has one copy, so a larger cluster makes it "near"."""
+    for rep, members in clusters:
+        for k, sim in members:
+            if k != key:
+                continue
+            if len(members) < 2:
+                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+            before = Counter(previous.get(m, rep) for m, _ in members if m != key)
+            most = min(before.items(), key=lambda kc: (-kc[1], kc[0]))[0] if before else rep
+            moved = None if most == rep else most
+            return tuple.__new__(Match, (key, rep, rep, None if rep == key else rep, sim, "near", len(members), moved))
+    raise RuntimeError(f"{key!r} is in no cluster of its component")
+
+
+def _jaccard_to(a: np.ndarray, others: Sequence[np.ndarray]) -> list[float]:
+    """The exact Jaccard of ``a`` with each of ``others`` (sorted unique shingle arrays): one kernel call
+    (:func:`~rag_dedup.compiled.index.pair_jaccard`), or :func:`~rag_dedup.similarity.jaccard_many` on the
+    reference path; the same floats (both divide the same integers)."""
+    if compiled.COMPILED:
+        return pair_jaccard([a, *others], [0] * len(others), range(1, len(others) + 1))
+    return jaccard_many(a, others).tolist()
 
 
 def _policy_name(policy: Policy) -> str:

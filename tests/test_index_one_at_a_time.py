@@ -13,11 +13,11 @@ import random
 import numpy as np
 import pytest
 from tests.corpus import chunks, documents
-from tests.oracles import reference_signature
+from tests.oracles import batch_path, reference_signature
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import DedupIndex
+from rag_dedup import DedupIndex, Match
 from rag_dedup.index import _FEW_KEYS, _buckets
 from rag_dedup.minhash import MinHasher
 from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many, shingles_and_digests
@@ -158,3 +158,93 @@ def test_few_rows_buckets_equal_the_bulk_lookup(rows: int) -> None:
         assert few == bulk
         shared += sum(len(old) > 0 for old, _ in few)
     assert shared > 0  # stored groups are found, not only buckets among the new rows
+
+
+def _family_items(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """``n`` items from a few texts with 0 to 3 words edited: near-duplicates of each other, exact
+    copies (also in upper case), an empty text now and then; their lengths differ, so the
+    representative moves as they arrive."""
+    base = [t for _, t in chunks()[:4]]
+    items = []
+    for i in range(n):
+        words = base[rng.randrange(len(base))].split()
+        for _ in range(rng.randrange(4)):
+            words[rng.randrange(len(words))] = "edited"
+        text = " ".join(words)
+        roll = rng.random()
+        items.append((f"k{i}", text.upper() if roll < 0.1 else " \n " if roll < 0.13 else text))
+    return items
+
+
+def _same_answers_block_by_block(items: list[tuple[str, str]], sizes: list[int]) -> list[Match]:
+    few, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    got: list[Match] = []
+    start, i = 0, 0
+    while start < len(items):
+        block = items[start : start + sizes[i % len(sizes)]]
+        answer = few.add_many(block)
+        with batch_path():
+            assert answer == batch.add_many(block)
+        got.extend(answer)
+        start, i = start + len(block), i + 1
+    assert sorted(few.clusters()) == sorted(batch.clusters())
+    return got
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 48), st.lists(st.integers(1, 20), min_size=1, max_size=6))
+def test_a_few_items_placed_one_at_a_time_equal_the_batch_path(rng: random.Random, n: int, sizes: list[int]) -> None:
+    """``add_many`` of at most ``_ONE_BY_ONE`` items (:meth:`DedupIndex._add_few`) returns, block by
+    block, the Matches of the batch path (``displaced`` too) and ends in its clusters: blocks holding
+    near-duplicates of each other and of stored texts, exact copies, empty texts, blocks of 1 to 20
+    (above ``_ONE_BY_ONE``, the batch path on both sides)."""
+    _same_answers_block_by_block(_family_items(rng, n), sizes)
+
+
+def test_a_few_items_placed_one_at_a_time_move_representatives_as_the_batch_path() -> None:
+    """The same in a stream where representatives move (``displaced`` set) and clusters grow."""
+    got = _same_answers_block_by_block(_family_items(random.Random(1), 60), [5, 3, 8, 1])
+    assert any(m.displaced for m in got) and {m.kind for m in got} == {"unique", "exact", "near"}
+
+
+def test_a_few_items_with_a_stored_key_take_the_batch_path_whole() -> None:
+    """A small ``add_many`` holding a key already in the index: unchanged, a no-op for it; with another
+    text, a ValueError before anything of the block is written."""
+    items = list(chunks()[:12])
+    index = DedupIndex(threshold=0.8)
+    index.add_many(items[:3])
+    again = index.add_many([items[0], items[5], (items[6][0] + "-copy", items[6][1])])
+    assert len(index) == 5 and again[0] == index.match(items[0][0])
+    with pytest.raises(ValueError, match="already in the index with another text"):
+        index.add_many([items[7], (items[1][0], items[8][1])])
+    assert items[7][0] not in index and len(index) == 5
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 40))
+def test_add_returns_the_match_of_the_batch_path(rng: random.Random, n: int) -> None:
+    """``add()`` returns what ``add_many`` of that one item returns on the batch path, ``displaced``
+    too, for every branch of ``_place_one``: a new group alone, a new group with edges (its Match
+    built from the clusters just stored, :func:`~rag_dedup.index._new_group_match`), an exact copy
+    and an empty text (their Match asked of ``_matches``); the clusters end the same."""
+    one, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    got: list[Match] = []
+    for key, text in _family_items(rng, n):
+        answer = one.add(key, text)
+        with batch_path():
+            assert [answer] == batch.add_many([(key, text)])
+        assert answer == one.match(key)._replace(displaced=answer.displaced)
+        got.append(answer)
+    assert sorted(one.clusters()) == sorted(batch.clusters())
+
+
+def test_add_returns_moved_representatives_as_the_batch_path() -> None:
+    """The same in a stream where representatives move (``displaced`` set) and near-duplicates join."""
+    one, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    got = []
+    for key, text in _family_items(random.Random(1), 60):
+        got.append(one.add(key, text))
+        with batch_path():
+            assert [got[-1]] == batch.add_many([(key, text)])
+    assert any(m.displaced for m in got) and {m.kind for m in got} == {"unique", "exact", "near"}
+    assert any(m.displaced and m.kind == "near" for m in got)

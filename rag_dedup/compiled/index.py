@@ -30,6 +30,15 @@ import numpy as np
 
 from rag_dedup.compiled import kernel
 
+try:
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+except ImportError:  # no numba: the kernels are plain Python (rag_dedup.compiled.kernel), which never call _view
+
+    def intrinsic(function):  # type: ignore[no-untyped-def]
+        return function
+
 __all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
 
 
@@ -77,15 +86,41 @@ def intersection_matrix(flat: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return out
 
 
+@intrinsic
+def _view(typingctx, address, length, like):  # type: ignore[no-untyped-def]
+    """The 1-D C-contiguous array of ``length`` items of ``like``'s dtype that starts at ``address`` (an
+    int64 data pointer), owning nothing: a view of an array the caller keeps alive (nopython only)."""
+    array = types.Array(like.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        at, n, _ = args
+        data = builder.inttoptr(at, context.get_value_type(types.CPointer(like.dtype)))
+        view = context.make_array(array)(context, builder)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(like.dtype)))
+        context.populate_array(
+            view,
+            data=data,
+            shape=cgutils.pack_array(builder, [n]),
+            strides=cgutils.pack_array(builder, [itemsize]),
+            itemsize=itemsize,
+            meminfo=None,
+        )
+        return view._getvalue()
+
+    return array(address, length, like), codegen
+
+
 @kernel
-def band_lookup(
-    keys: np.ndarray, bits: np.ndarray, mask: np.uint64, level_keys: object, level_gids: object
-) -> tuple[np.ndarray, np.ndarray]:
+def band_lookup(keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries of a :class:`~rag_dedup.storage.memory.BandTable`'s runs under each of ``keys``.
 
-    ``level_keys[2 r]`` and ``level_keys[2 r + 1]`` are the sorted keys of run ``r``'s main and young
-    levels (run ``r`` holds the keys whose top four bits are ``r``), ``level_gids`` their group ids
-    (tuples of 32 arrays: uint64 keys, int32 ids); ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
+    ``levels`` is a ``(3, 32)`` int64 array: column ``2 r`` describes run ``r``'s main level and
+    ``2 r + 1`` its young level (run ``r`` holds the keys whose top four bits are ``r``), as the data
+    address of its sorted uint64 keys, the data address of its int32 group ids, and its length
+    (:meth:`BandTable._levels <rag_dedup.storage.memory.BandTable._levels>` builds it and keeps the
+    arrays alive while it is in use). Addresses rather than the 64 arrays themselves: one array
+    argument is unboxed in well under a microsecond, 64 arrays in tuples cost ten (most of one
+    ``add()``'s lookup). ``bits`` and ``mask`` are the table's bit filter. A key whose filter bit is
     clear is in no run and is not searched. Returns ``(index into keys, group id)`` of every entry
     found, int64, key by key, main level first, each level in its order (what the reference loop of
     ``BandTable._query_small`` finds).
@@ -93,6 +128,8 @@ def band_lookup(
     n = len(keys)
     lows = np.zeros(2 * n, dtype=np.int64)
     highs = np.zeros(2 * n, dtype=np.int64)
+    like_keys = np.zeros(0, dtype=np.uint64)
+    like_gids = np.zeros(0, dtype=np.int32)
     count = 0
     for i in range(n):
         key = keys[i]
@@ -101,10 +138,14 @@ def band_lookup(
             continue
         shard = np.int64(key >> np.uint64(60))
         for level in range(2):
-            found = level_keys[2 * shard + level]
+            column = 2 * shard + level
+            size = levels[2, column]
+            if size == 0:
+                continue
+            found = _view(levels[0, column], size, like_keys)
             lo = np.searchsorted(found, key)
             hi = lo
-            while hi < len(found) and found[hi] == key:
+            while hi < size and found[hi] == key:
                 hi += 1
             lows[2 * i + level] = lo
             highs[2 * i + level] = hi
@@ -117,7 +158,8 @@ def band_lookup(
         for level in range(2):
             lo, hi = lows[2 * i + level], highs[2 * i + level]
             if hi > lo:
-                owners = level_gids[2 * shard + level]
+                column = 2 * shard + level
+                owners = _view(levels[1, column], levels[2, column], like_gids)
                 for j in range(lo, hi):
                     rows[at] = i
                     gids[at] = owners[j]

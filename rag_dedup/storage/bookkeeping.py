@@ -64,6 +64,10 @@ class Table(enum.Enum):
     SOURCES = "sources"  # a set per source
     GROUP_ITEMS = "group_items"  # a set per group
 
+    # Members are singletons compared by identity: hashed by identity too, in C (Enum's own __hash__ is a
+    # Python call, paid by every primitive that looks its table up in a dict: a dozen per add()).
+    __hash__ = object.__hash__
+
 
 class Bookkeeping(Storage):
     """A :class:`Storage` whose domain methods are written once, over a backend's primitives.

@@ -9,6 +9,7 @@ cost several times that.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,9 +75,9 @@ class _Run:
 
 
 def _kernel_array(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
-    """``values`` as the compiled kernels take it: C-contiguous and writeable, of ``dtype`` (no copy when it
-    already is; a read-only array, as loaded from a save, is copied)."""
-    if values.dtype == dtype and values.flags.c_contiguous and values.flags.writeable:
+    """``values`` as :func:`~rag_dedup.compiled.index.band_lookup` reads it: C-contiguous, of ``dtype`` (no
+    copy when it already is; the kernel reads through its address, so a read-only array is not copied)."""
+    if values.dtype == dtype and values.flags.c_contiguous:
         return values
     return np.array(values, dtype=dtype, order="C")
 
@@ -99,7 +100,12 @@ class BandTable:
     may say yes for a key that is not there (then the search finds nothing), never no for one that is.
     """
 
-    _BUFFER_LIMIT = 4096
+    # Entries the buffer holds before they are merged into the runs (a merge of the buffer costs a fixed
+    # part for each of the 16 runs and a copy of their young levels: fewer, larger merges cost less an
+    # entry, 8 against 10 us an add() at 20k chunks; the buffer's dict costs ~120 bytes an entry meanwhile);
+    # and the size from which an insert goes straight to the runs (an add_many batch of ~200 texts or more).
+    _BUFFER_LIMIT = 16384
+    _DIRECT_LIMIT = 4096
     # Queries of at most this many keys (one add, or an add_many of about a dozen texts at 21 bands,
     # where the small path is the faster) take _query_small.
     _SMALL_QUERY = 256
@@ -122,32 +128,36 @@ class BandTable:
         self._compacted: set[int] = set()
         self._filter = np.zeros(self._FILTER_MIN_BITS // 8, dtype=np.uint8)
         self._filter_mask = np.uint64(self._FILTER_MIN_BITS - 1)
-        # The runs' levels as the two tuples band_lookup takes (built when first asked, dropped when the
-        # runs change; they hold the same arrays, not copies).
-        self._typed: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+        # The runs' levels as band_lookup takes them, and the arrays that array points into (built when
+        # first asked, dropped when the runs change; the runs' own arrays where they fit, not copies).
+        self._typed: tuple[np.ndarray, tuple[np.ndarray, ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_typed"] = None  # rebuilt when first asked, not copied or pickled
         return state
 
-    def _levels(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-        """The keys and the group ids of every run's main and young levels (run r at 2r and 2r + 1), as
-        the two tuples of 32 arrays :func:`~rag_dedup.compiled.index.band_lookup` takes.
+    def _levels(self) -> np.ndarray:
+        """The runs' levels as :func:`~rag_dedup.compiled.index.band_lookup` takes them: a ``(3, 32)``
+        int64 array of the data addresses of every run's main and young keys and group ids (run r at
+        columns 2r and 2r + 1) and their lengths.
 
-        Tuples of a fixed length (16 runs, two levels each) and one array type (C-contiguous, writeable
-        uint64 keys and int32 ids) give the kernel one signature, compiled once and cached on disk;
-        numba's typed lists would compile their own methods in every process (0.7 s on the first add()).
+        Built when first asked and dropped when the runs change (:meth:`_add`, :meth:`restore`); the
+        arrays it points into (the runs' own, or C-contiguous copies of the right dtype) are kept in
+        ``_typed`` beside it, so they live as long as it does. One array argument for the kernel: its
+        one signature is compiled once and cached on disk, and unboxed in well under a microsecond.
         """
         if self._typed is None:
-            keys: list[np.ndarray] = []
-            gids: list[np.ndarray] = []
+            kept: list[np.ndarray] = []
+            levels = np.zeros((3, 32), dtype=np.int64)
             for run in self._runs:
                 for level_keys, level_gids in ((run.main_keys, run.main_gids), (run.young_keys, run.young_gids)):
-                    keys.append(_kernel_array(level_keys, np.uint64))
-                    gids.append(_kernel_array(level_gids, np.int32))
-            self._typed = (tuple(keys), tuple(gids))
-        return self._typed
+                    column = len(kept) // 2
+                    keys, gids = _kernel_array(level_keys, np.uint64), _kernel_array(level_gids, np.int32)
+                    kept += (keys, gids)
+                    levels[:, column] = (keys.ctypes.data, gids.ctypes.data, len(keys))
+            self._typed = (levels, tuple(kept))
+        return self._typed[0]
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs) + self._buffered
@@ -157,11 +167,11 @@ class BandTable:
         if len(gids) == 0:
             return
         width = keys.shape[1]
-        if keys.size >= self._BUFFER_LIMIT:
+        if keys.size >= self._DIRECT_LIMIT:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
         values = keys.reshape(-1).tolist()
-        flat_gids = [int(gid) for gid in gids for _ in range(width)]
+        flat_gids = [int(gids[0])] * width if len(gids) == 1 else [int(gid) for gid in gids for _ in range(width)]
         self._buffer_entries(values, flat_gids)
         self._buffer_keys.extend(values)
         self._buffer_gids.extend(flat_gids)
@@ -172,6 +182,9 @@ class BandTable:
     def _buffer_entries(self, keys: Sequence[int], gids: Sequence[int]) -> None:
         """File ``gids[i]`` under ``keys[i]`` in the buffer's dict."""
         buffer = self._buffer
+        if buffer.keys().isdisjoint(keys) and len(set(keys)) == len(keys):  # new keys, each once: at once
+            buffer.update(zip(keys, gids))
+            return
         get = buffer.get
         for k, g in zip(keys, gids):
             current = get(k)
@@ -245,7 +258,7 @@ class BandTable:
         values = flat.tolist()
         found: set[tuple[int, int]] = set()
         if compiled.COMPILED:
-            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())
+            rows, gids = band_lookup(np.ascontiguousarray(flat, dtype=np.uint64), self._filter, self._filter_mask, self._levels())
             found.update(zip((rows // b).tolist(), gids.tolist()))
         else:
             self._search_runs(flat, values, b, found)
@@ -302,7 +315,7 @@ class BandTable:
         """
         values = keys.tolist()
         if compiled.COMPILED:
-            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, *self._levels())[1].tolist())
+            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, self._levels())[1].tolist())
         else:
             found = self._search_row(values)
         if self._buffer:
@@ -476,6 +489,12 @@ class Snapshot:
     clusters: list[ClusterEntry] = field(default_factory=list)
 
 
+_NO_LOCK = contextlib.nullcontext()
+# The tables the primitives test for, as module names: an Enum member read off its class costs ~0.3 us
+# (the class attribute lookup of an EnumType), a module global a fraction of that.
+_GROUPS, _SOURCES, _GROUP_ITEMS = Table.GROUPS, Table.SOURCES, Table.GROUP_ITEMS
+
+
 class MemoryStorage(Bookkeeping):
     """The default storage: everything in this process. Persist it with ``DedupIndex.save``.
 
@@ -515,6 +534,51 @@ class MemoryStorage(Bookkeeping):
     def drop(self) -> None:
         self.__init__()  # type: ignore[misc]
 
+    def lock(self) -> contextlib.AbstractContextManager[Any]:
+        """A no-op (a private store): one shared ``nullcontext``, not a new one a call (a dozen an ``add()``)."""
+        return _NO_LOCK
+
+    # --- the hot domain calls of add()'s path (one item, one group, a few reads): the Bookkeeping rule
+    # over this backend's own dicts and lists, without the table dispatch of the primitives
+    def put_items(self, items: Mapping[str, ItemRecord]) -> None:
+        if len(items) != 1:
+            super().put_items(items)
+            return
+        ((key, rec),) = items.items()
+        self._items[key] = rec
+        if rec.source is not None:
+            self._add(_SOURCES, ((rec.source, key),))
+        if rec.gid != EMPTY_GROUP:
+            self._add(_GROUP_ITEMS, ((rec.gid, key),))
+
+    def get_items(self, keys: Sequence[str]) -> list[ItemRecord | None]:
+        get = self._items.get
+        return [get(k) for k in keys]
+
+    def find_groups(self, digests: Sequence[bytes]) -> list[int | None]:
+        get = self._digest_to_gid.get
+        return [get(d) for d in digests]
+
+    def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
+        get = self._component_of.get
+        return [get(g) or frozenset((g,)) for g in gids]
+
+    def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
+        get = self._cluster_of.get
+        return [get(k) for k in keys]
+
+    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:
+            return super().create_groups(digests, shingles, band_keys)
+        gid = len(self._shingles)  # _new_group_ids(1), then the group's columns and digest written
+        digest = bytes(digests[0])
+        self._digests.append(digest)
+        self._shingles.append(np.asarray(shingles[0]).astype(np.uint32, copy=False).tobytes())
+        self._group_items.append(None)
+        self._digest_to_gid[digest] = gid
+        self._bands.insert((gid,), np.asarray(band_keys, dtype=np.uint64).reshape(1, -1))
+        return [gid]
+
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
         return self._meta
@@ -530,7 +594,7 @@ class MemoryStorage(Bookkeeping):
 
     # --- primitives: values
     def _get(self, table: Table, keys: Sequence[Any]) -> list[Any]:
-        if table is Table.GROUPS:
+        if table is _GROUPS:
             digests, shingles = self._digests, self._shingles
             return [
                 None if shingles[g] is None else (digests[g], np.frombuffer(shingles[g], dtype=np.uint32))  # type: ignore[arg-type]
@@ -540,7 +604,7 @@ class MemoryStorage(Bookkeeping):
         return [get(k) for k in keys]
 
     def _put(self, table: Table, values: Mapping[Any, Any]) -> None:
-        if table is Table.GROUPS:
+        if table is _GROUPS:
             for gid, group in values.items():
                 if group is None:
                     self._digests[gid] = self._shingles[gid] = None
@@ -560,7 +624,7 @@ class MemoryStorage(Bookkeeping):
 
     # --- primitives: sets
     def _add(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
-        if table is Table.SOURCES:
+        if table is _SOURCES:
             sources = self._sources
             for source, key in pairs:
                 keys = sources.get(source)
@@ -580,7 +644,7 @@ class MemoryStorage(Bookkeeping):
                 current.append(key)
 
     def _discard(self, table: Table, pairs: Iterable[tuple[Any, str]]) -> None:
-        if table is Table.SOURCES:
+        if table is _SOURCES:
             for source, key in pairs:
                 keys = self._sources[source]
                 keys.remove(key)
@@ -598,7 +662,7 @@ class MemoryStorage(Bookkeeping):
                     members[gid] = current[0]
 
     def _clear(self, table: Table, owners: Sequence[Any]) -> None:
-        if table is Table.SOURCES:
+        if table is _SOURCES:
             for source in owners:
                 self._sources.pop(source, None)
             return
@@ -606,7 +670,7 @@ class MemoryStorage(Bookkeeping):
             self._group_items[gid] = None
 
     def _members(self, table: Table, owners: Sequence[Any]) -> list[list[str]]:
-        if table is Table.SOURCES:
+        if table is _SOURCES:
             return [list(self._sources.get(s, ())) for s in owners]
         out = []
         for gid in owners:

@@ -1,4 +1,5 @@
-"""The in-memory backend's band table against the obvious dict-of-sets reference."""
+"""The in-memory backend: its band table against the obvious dict-of-sets reference, its one-item
+writes against the general rule of :class:`~rag_dedup.storage.bookkeeping.Bookkeeping`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_dedup.storage.memory import BandTable
+from rag_dedup.storage.base import ItemRecord
+from rag_dedup.storage.bookkeeping import Bookkeeping
+from rag_dedup.storage.memory import BandTable, MemoryStorage
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,3 +79,47 @@ def test_the_filter_never_hides_a_stored_key_as_the_table_grows_and_is_restored(
             probe = np.concatenate((stored[lo : lo + 30], absent[:5])).reshape(-1, 1)
             assert probe.size <= BandTable._SMALL_QUERY
             assert t.query(probe) == [ref.get(int(k), set()) for k in probe.reshape(-1).tolist()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([None, "a", "b"]), st.integers(1, 3)), min_size=1, max_size=25))
+def test_one_group_and_one_item_writes_equal_the_general_rule(ops) -> None:
+    """``MemoryStorage.create_groups`` of one group and ``put_items`` of one item (``add()``'s path)
+    leave the store the general :class:`Bookkeeping` rule leaves (the same export, the same answers):
+    new and known digests, items with and without a source, several items a group, in batches too."""
+    fast, general = MemoryStorage(), MemoryStorage()
+    rng = np.random.default_rng(1)
+    for i, (text, source, count) in enumerate(ops):
+        digest = bytes([text]) * 4
+        shingles = [np.unique(rng.integers(0, 2**32, size=8, dtype=np.uint64).astype(np.uint32)) for _ in range(count)]
+        keys = rng.integers(0, 2**64 - 1, size=(count, 4), dtype=np.uint64)
+        digests = [digest + bytes([i, j]) for j in range(count)]
+        if count == 1:
+            digests = [digest] if fast.find_groups([digest]) == [None] else []
+        if digests:
+            gids = fast.create_groups(digests, shingles[: len(digests)], keys[: len(digests)])
+            assert Bookkeeping.create_groups(general, digests, shingles[: len(digests)], keys[: len(digests)]) == gids
+        (gid,) = fast.find_groups([digests[0] if digests else digest])
+        records = {f"k{i}-{j}": ItemRecord(gid, 10 + j, source, 0.0, None) for j in range(count)}  # type: ignore[arg-type]
+        for key, rec in records.items():
+            fast.put_items({key: rec})
+        Bookkeeping.put_items(general, records)
+    a, b = fast.export(), general.export()
+    assert a.items == b.items and a.digests == b.digests and a.components == b.components
+    assert [s.tolist() for s in a.shingles] == [s.tolist() for s in b.shingles]
+    assert np.array_equal(a.band_keys, b.band_keys) and np.array_equal(a.band_gids, b.band_gids)
+    for source in (None, "a", "b"):
+        assert sorted(fast.keys_of_source(source)) == sorted(general.keys_of_source(source))  # type: ignore[arg-type]
+    gids = list(range(len(a.digests)))
+    assert fast.group_items(gids) == general.group_items(gids)
+    for store in (fast, general):  # the direct reads equal the general rule's
+        store.set_components([gids[:2], gids[2:3]])
+        store.set_clusters([], [(next(iter(records)), [(next(iter(records)), 1.0), ("other", 0.9)])])
+        keys = [*records, "other", "unknown"]
+        assert store.get_items(keys) == Bookkeeping.get_items(store, keys)
+        assert store.find_groups([*a.digests, b"?"]) == Bookkeeping.find_groups(store, [*a.digests, b"?"])
+        assert store.component_members(gids) == Bookkeeping.component_members(store, gids)
+        assert store.get_clusters(keys) == Bookkeeping.get_clusters(store, keys)
+    probe = np.stack([a.band_keys[:4]]) if len(a.band_keys) >= 4 else None
+    if probe is not None:
+        assert fast.query_bands(probe) == general.query_bands(probe)
