@@ -106,6 +106,12 @@ _FAMILIES = 4
 # in turn): one at a time 1.37x faster a chunk on blocks of 1, 1.04-1.37x on 8 to 48, even at 64 to
 # 128 (0.97-1.00), slower from 200 (0.91) and 400 (0.78).
 _ONE_BY_ONE = 64
+# An add() whose new group has more candidates than this hands them to DedupIndex._link_and_recluster
+# as one bucket, whose _link verifies it against one member of each stored component there, not against
+# every candidate: joining a family of n near-identical texts costs ~1 verification there, n on the
+# one-item path (bench_families.py: one add() into a family of 20,000 took 2.07 s verifying every
+# candidate, 0.16-0.19 s the other way).
+_FEW_CANDIDATES = 64
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 # A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
@@ -361,7 +367,9 @@ class DedupIndex:
         its :class:`Match` is returned at once, without reading the store again; a new group with
         edges gets its :class:`Match` from the clusters just stored (:func:`_new_group_match`).
         Otherwise (an exact copy of a stored text, an empty text, a key already in the index: the
-        batch way, a retried add is a no-op, else an error) returns None.
+        batch way, a retried add is a no-op, else an error; a new group with more than
+        ``_FEW_CANDIDATES`` candidates: its candidates handed to :meth:`_link_and_recluster` as one bucket,
+        whose :meth:`_link` probes each stored component once) returns None.
         """
         storage = self.storage
         key = item.key
@@ -373,11 +381,14 @@ class DedupIndex:
                 return None
             known: dict[int, np.ndarray] = {}  # the new group's shingles and those of the groups it links
             linked: list[int] = []
+            many: list[int] | None = None  # more than _FEW_CANDIDATES candidates: verified by _link
             if gid is None:  # a new group: its candidates, asked before it is filed
                 (candidates,) = storage.query_bands(band_keys)
                 (gid,) = storage.create_groups([digest], [shingles], band_keys)
                 known[gid] = shingles
-                if candidates:
+                if len(candidates) > _FEW_CANDIDATES:  # a big family's buckets: one probe a component there
+                    many = sorted(candidates)
+                elif candidates:
                     # A candidate below the threshold is no edge; none at or above it (a false candidate:
                     # a shared boilerplate line) leaves the new group a cluster of its own.
                     olds = sorted(candidates)
@@ -388,6 +399,9 @@ class DedupIndex:
                             known[g] = sh
             record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
             storage.put_items({key: record})
+            if many is not None:  # the candidates as one bucket, as _add_batch hands them to _link_and_recluster
+                self._link_and_recluster([gid], [(many, [gid])], {gid: shingles}, fresh_items={key: record}, previous=previous)
+                return None
             if not known:
                 # An exact copy of a stored group: its component is unchanged, the copy is placed in it
                 # (what _link_and_recluster does with a touched old group and no new edges).

@@ -248,3 +248,30 @@ def test_add_returns_moved_representatives_as_the_batch_path() -> None:
             assert [got[-1]] == batch.add_many([(key, text)])
     assert any(m.displaced for m in got) and {m.kind for m in got} == {"unique", "exact", "near"}
     assert any(m.displaced and m.kind == "near" for m in got)
+
+
+@pytest.mark.parametrize("few_candidates", [0, 8, 10**9])
+def test_add_with_many_candidates_takes_the_batch_path_with_the_same_answers(
+    few_candidates: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new group with more than ``_FEW_CANDIDATES`` candidates (a big family's buckets) is placed the
+    batch way (one probe a stored component); with fewer, by ``_place_one``'s own verification of every
+    candidate. Either way ``add()`` returns what the batch path returns and the clusters end the same:
+    here a family of 80 variants of one real chunk (one or two words edited each), added one at a time
+    with every route forced in turn (0: always the batch way once there is a candidate; 10**9: never)."""
+    monkeypatch.setattr("rag_dedup.index._FEW_CANDIDATES", few_candidates)
+    rng = random.Random(5)
+    words = chunks()[0][1].split()
+    items = []
+    for i in range(80):
+        variant = list(words)
+        for _ in range(1 + i % 2):
+            variant[rng.randrange(len(variant))] = f"edit{i}"
+        items.append((f"v{i}", " ".join(variant)))
+    one, batch = DedupIndex(threshold=0.8), DedupIndex(threshold=0.8)
+    for key, text in items:
+        answer = one.add(key, text)
+        with batch_path():
+            assert [answer] == batch.add_many([(key, text)])
+    assert sorted(one.clusters()) == sorted(batch.clusters())
+    assert max(len(members) for _, members in one.clusters()) > 8  # the family is big enough to take both routes
