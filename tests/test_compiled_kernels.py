@@ -158,7 +158,7 @@ def test_sorted_unique_kernel_on_crowded_buckets() -> None:
     ):
         seg = values.copy()
         m = len(seg)
-        u = shingle_kernels._sorted_unique(seg, np.empty(m, np.uint32), np.empty(2 * m + 1, np.int64))
+        u = shingle_kernels.sorted_unique(seg, np.empty(m, np.uint32), np.empty(2 * m + 1, np.int64))
         assert seg[:u].tolist() == np.unique(values).tolist()
 
 

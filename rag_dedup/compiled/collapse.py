@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from rag_dedup.compiled import kernel
+from rag_dedup.compiled.shingle import sorted_unique
 from rag_dedup.compiled.signature import fmix64
 
 __all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
@@ -717,48 +718,6 @@ def _without_https(buf: np.ndarray, loads: np.ndarray, a: int, e: int) -> np.nda
 
 
 @kernel
-def _sort_unique(values: np.ndarray, lo: int, hi: int, scratch: np.ndarray, buckets: np.ndarray) -> int:
-    """Sort ``values[lo:hi]`` in place and move its distinct values to its front; returns how many.
-
-    The values are hashes, uniform over 64 bits: a counting pass by their top bits puts them into about
-    one bucket each, in bucket order, and an insertion sort then moves each only within its bucket (an
-    expected linear time, and about one unpredictable branch per value where a quicksort takes log2 of
-    the count). ``scratch`` and ``buckets`` hold at least ``hi - lo`` and ``2 (hi - lo) + 1`` items."""
-    c = hi - lo
-    if c < 2:
-        return c
-    bits = 1
-    while (1 << bits) < c:
-        bits += 1
-    shift = np.uint64(64 - bits)
-    width = 1 << bits
-    for b in range(width + 1):
-        buckets[b] = 0
-    for j in range(lo, hi):
-        buckets[np.int64(values[j] >> shift) + 1] += 1
-    for b in range(1, width + 1):
-        buckets[b] += buckets[b - 1]
-    for j in range(lo, hi):
-        b = np.int64(values[j] >> shift)
-        scratch[buckets[b]] = values[j]
-        buckets[b] += 1
-    for j in range(1, c):
-        x = scratch[j]
-        k = j
-        while k > 0 and scratch[k - 1] > x:
-            scratch[k] = scratch[k - 1]
-            k -= 1
-        scratch[k] = x
-    values[lo] = scratch[0]
-    kept = 1
-    for j in range(1, c):
-        if scratch[j] != scratch[j - 1]:
-            values[lo + kept] = scratch[j]
-            kept += 1
-    return kept
-
-
-@kernel
 def stream_sets(
     buf: np.ndarray,
     loads: np.ndarray,
@@ -941,7 +900,7 @@ def stream_sets(
                 value += words[k] * c_table[k]
             out[put] = value & clear
             put += 1
-        counts[t] = _sort_unique(out, at, put, scratch, buckets)
+        counts[t] = sorted_unique(out[at:put], scratch, buckets)
         put = at + counts[t]
     settle = np.empty(0, dtype=np.int64)
     if grams:

@@ -28,6 +28,7 @@ from rag_dedup.compiled.signature import fmix64
 
 __all__ = [
     "ONE_INFO", "canonical_bytes", "decoration_status", "kept_shingles", "leading_candidates", "ngram_sets", "shingle_one",
+    "sorted_unique",
     "word_hashes", "words",
 ]
 
@@ -84,14 +85,16 @@ def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, out: np.n
 
 
 @kernel
-def _sorted_unique(seg: np.ndarray, tmp: np.ndarray, hist: np.ndarray) -> int:
+def sorted_unique(seg: np.ndarray, tmp: np.ndarray, hist: np.ndarray) -> int:
     """Sort ``seg`` in place and move its distinct values to the front; return how many there are.
 
     A bucket sort on the top bits (at least as many buckets as values, so about one value a bucket:
     shingle hashes are uniform), then an insertion sort that only moves values inside their bucket;
     when a bucket holds more than 32 values (many equal values, or values made to collide), the
-    whole segment is sorted by comparisons instead. ``tmp`` and ``hist`` are work space of at least
-    ``len(seg)`` and ``2 * len(seg) + 1`` entries.
+    whole segment is sorted by comparisons instead. ``seg`` holds unsigned integers of any width (the
+    32-bit shingle hashes here, the 64-bit set values of :mod:`rag_dedup.compiled.collapse`); ``tmp``
+    (of ``seg``'s dtype) and ``hist`` are work space of at least ``len(seg)`` and ``2 * len(seg) + 1``
+    entries.
     """
     m = seg.shape[0]
     if m < 2:
@@ -100,10 +103,10 @@ def _sorted_unique(seg: np.ndarray, tmp: np.ndarray, hist: np.ndarray) -> int:
     while (1 << bits) < m:
         bits += 1
     buckets = 1 << bits
-    shift = 32 - bits
+    shift = np.uint64(seg.itemsize * 8 - bits)
     hist[: buckets + 1] = 0
     for i in range(m):
-        hist[(np.int64(seg[i]) >> shift) + 1] += 1
+        hist[np.int64(seg[i] >> shift) + 1] += 1
     widest = 0
     for d in range(buckets):
         widest = max(widest, hist[d + 1])
@@ -113,7 +116,7 @@ def _sorted_unique(seg: np.ndarray, tmp: np.ndarray, hist: np.ndarray) -> int:
         tmp[:m] = seg
     else:
         for i in range(m):
-            d = np.int64(seg[i]) >> shift
+            d = np.int64(seg[i] >> shift)
             tmp[hist[d]] = seg[i]
             hist[d] += 1
         for i in range(1, m):
@@ -183,7 +186,7 @@ def ngram_sets(
         f = first_word[t]
         for j in range(m):
             flat[pos + j] = np.uint32(combined[f + j])
-        u = _sorted_unique(flat[pos : pos + m], tmp, hist)
+        u = sorted_unique(flat[pos : pos + m], tmp, hist)
         counts[t] = u
         pos += u
     return pos
@@ -218,7 +221,7 @@ def kept_shingles(
     m = combined.shape[0]
     for j in range(m):
         out[j] = np.uint32(combined[j])
-    return _sorted_unique(out[:m], np.empty(m, dtype=np.uint32), np.empty(2 * m + 1, dtype=np.int64))
+    return sorted_unique(out[:m], np.empty(m, dtype=np.uint32), np.empty(2 * m + 1, dtype=np.int64))
 
 
 @kernel
