@@ -198,7 +198,9 @@ def test_a_few_items_placed_one_at_a_time_equal_the_batch_path(rng: random.Rando
     block, the Matches of the batch path (``displaced`` too) and ends in its clusters: blocks holding
     near-duplicates of each other and of stored texts, exact copies, empty texts, blocks of 1 to 20
     (above ``_ONE_BY_ONE``, the batch path on both sides)."""
-    _same_answers_block_by_block(_family_items(rng, n), sizes)
+    items = _family_items(rng, n)
+    got = _same_answers_block_by_block(items, sizes)
+    assert [m.key for m in got] == [key for key, _ in items]  # one Match an item, in order
 
 
 def test_a_few_items_placed_one_at_a_time_move_representatives_as_the_batch_path() -> None:

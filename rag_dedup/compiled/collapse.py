@@ -384,6 +384,24 @@ def _solid(b: np.uint8) -> bool:
 
 
 @kernel
+def _decoration_kind(buf: np.ndarray, a: int, e: int) -> int:
+    """The decoration class of the word ``buf[a:e]``: 0 a word (it holds a :func:`_solid` byte), 1 ASCII
+    punctuation only (decoration), 2 punctuation with non-ASCII bytes (undecided here: Python settles it
+    by the characters, ``shingles._decoration_bytes``). A one-byte word is ASCII (UTF-8)."""
+    if _solid(buf[a]) or _solid(buf[e - 1]):
+        return 0
+    if e - a == 1:
+        return 1
+    wide = False
+    for j in range(a, e):
+        if _solid(buf[j]):
+            return 0
+        if buf[j] >= 128:
+            wide = True
+    return 2 if wide else 1
+
+
+@kernel
 def stream_words(buf: np.ndarray, decoration: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The words of a joined buffer and their decoration class, as ``shingles._stream_piece`` finds them.
 
@@ -417,23 +435,7 @@ def stream_words(buf: np.ndarray, decoration: bool) -> tuple[np.ndarray, np.ndar
     kind = np.zeros(n, dtype=np.int8)
     if decoration:
         for w in range(n):
-            a = starts[w]
-            e = ends[w]
-            if _solid(buf[a]) or _solid(buf[e - 1]):
-                continue
-            if e - a == 1:
-                kind[w] = 1
-                continue
-            solid = False
-            wide = False
-            for j in range(a, e):
-                if _solid(buf[j]):
-                    solid = True
-                    break
-                if buf[j] >= 128:
-                    wide = True
-            if not solid:
-                kind[w] = 2 if wide else 1
+            kind[w] = _decoration_kind(buf, starts[w], ends[w])
     return starts[:n], ends[:n], kind, line_first[:n]
 
 
@@ -790,26 +792,14 @@ def stream_sets(
                     if buf[j + 5] == 58 and loads[j] == _HTTPS:  # (58: the ":" of "https://", a byte test first)
                         f |= _HTTPS_IN
                         break
-            if not (_solid(buf[a]) or _solid(buf[i - 1])):
-                if i - a == 1:
+            kind = _decoration_kind(buf, a, i)
+            if kind == 1:
+                f |= _DROP
+            elif kind == 2:
+                if n_odd < settled.shape[0] and settled[n_odd]:
                     f |= _DROP
-                else:
-                    solid = False
-                    wide = False
-                    for j in range(a, i):
-                        if _solid(buf[j]):
-                            solid = True
-                            break
-                        if buf[j] >= 128:
-                            wide = True
-                    if not solid:
-                        if not wide:
-                            f |= _DROP
-                        else:
-                            if n_odd < settled.shape[0] and settled[n_odd]:
-                                f |= _DROP
-                            f |= _ODD
-                            n_odd += 1
+                f |= _ODD
+                n_odd += 1
         flags[w] = f
         # The word's hash now, while its bytes are at hand (a later pass over the words costs more).
         if f & _HTTPS_IN:
