@@ -78,7 +78,12 @@ __all__ = ["FORMAT_VERSION", "SHINGLING", "DedupIndex", "Match"]
 FORMAT_VERSION = settings.INDEX_FORMAT_VERSION
 #: Name and version of the shingle hashing in :mod:`rag_dedup.shingles` (stored shingles depend on it).
 #: v3: texts of 12 to ``short_tokens`` tokens are token sets (v2: character trigrams).
-SHINGLING = "tokens-poly64-fmix64-v3"
+#: v4: a run of ``HANGUL_RUN`` or more Hangul syllables is apart from letters stuck to it (v3: its first
+#: syllable stayed one token with the letters before it, unlike the rule, :func:`normalize.shingle_tokens`).
+SHINGLING = "tokens-poly64-fmix64-v4"
+#: The stored parameters that name a rule of this rag-dedup (not a choice of the caller): an index that
+#: differs in one was made by another version of the library, and only a rebuild brings it up to date.
+_RULE_VERSIONS = frozenset({"scheme", "normalization", "shingling"})
 # add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
 # when that is more (at most _BATCH_MAX). A batch's temporaries (signatures, band keys) stay a small
 # share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
@@ -294,9 +299,13 @@ class DedupIndex:
         names = ("threshold", "drift_floor", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling")
         for name in (*names, "ignore_decoration", "short_tokens"):
             if stored.get(name) != expected[name]:
+                fix = (
+                    "this rag-dedup computes it another way, so rebuild the index from its texts"
+                    if name in _RULE_VERSIONS
+                    else "open it with the same parameters (DedupIndex.load reads them from the files)"
+                )
                 raise IndexMismatchError(
-                    f"{where} was built with {name}={stored.get(name)!r} but this index has {name}={expected[name]!r}; "
-                    "open it with the same parameters (DedupIndex.load reads them from the files)"
+                    f"{where} was built with {name}={stored.get(name)!r} but this index has {name}={expected[name]!r}; {fix}"
                 )
         if stored.get("policy") != expected["policy"]:
             raise IndexMismatchError(

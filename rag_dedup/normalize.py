@@ -195,7 +195,7 @@ def _shape(form: str, wide: str | None, ignore_decoration: bool) -> str:
         wide = form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")
     if _SPLIT_OR_HANGUL.search(wide):
         form = _SPLIT.sub(r" \g<0> ", form)
-        form = _HANGUL.sub(lambda m: " ".join(m.group()), form)
+        form = _HANGUL.sub(lambda m: " " + " ".join(m.group()) + " ", form)  # apart from the letters around the run too
     return form
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.corpus import chunks, documents
+from tests.kernels import kernels  # noqa: F401 (a fixture)
 
 from rag_dedup import DedupIndex
 from rag_dedup.index import SHINGLING, IndexMismatchError
@@ -77,6 +78,25 @@ def test_shingle_tokens_examples(text: str, tokens: list[str]) -> None:
     assert shingle_tokens(text) == tokens
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("a대한민국의수도는서울 b c d e f", id="letters-before"),
+        pytest.param("x y 대한민국의수도는서울z w v", id="letters-after"),
+        pytest.param("1.대한민국의수도는서울", id="number-before"),
+        pytest.param("「대한민국의수도는서울」 is the capital", id="cjk-punctuation-around"),
+        pytest.param("ab대한민국의 수도는서울", id="run-of-five-stays-a-word"),
+    ],
+)
+def test_a_hangul_run_stuck_to_letters_is_shingled_as_the_rule_says(text: str, kernels: str) -> None:
+    """Shingling v4: the bulk paths set a run of 8+ syllables apart from the letters around it, as
+    shingle_tokens does (v3 kept the run's first syllable in one token with the letters before it)."""
+    expected = reference_shingle_hashes(text)
+    assert np.array_equal(shingle_hashes(text), expected)
+    batch = [text, "other words here", text]
+    assert all(np.array_equal(got, reference_shingle_hashes(t)) for t, got in zip(batch, shingle_hashes_many(batch)))
+
+
 def test_decoration_can_be_turned_off() -> None:
     assert shingle_tokens(" * 1. of", ignore_decoration=False) == ["*", "1.", "of"]
     assert shingle_tokens("「基石」。https://x", ignore_decoration=False) == ["「", "基", "石", "」。https://x"]
@@ -88,7 +108,7 @@ def test_chunker_token_form_is_unchanged() -> None:
     assert token_form(text) == " * 1. 中文的基石 https://x"
 
 
-ALPHABET = list("ab 1.()*-#>/\n\r\t日本語のテキ한국어대민ภาษา。「」—•é:https") + ["https://", "iv) ", "(a) ", "12. ", "//"]
+ALPHABET = list("ab 1.()*-#>/\n\r\t日本語のテキ한국어대민ภาษา。「」—•é:https") + ["https://", "iv) ", "(a) ", "12. ", "//", "대한민국의수도는서울"]  # a Hangul run of 10: split into syllables, also when stuck to letters
 
 
 @settings(max_examples=300, deadline=None)
@@ -325,6 +345,7 @@ def test_an_index_built_with_other_token_rules_fails_clearly_on_open(redis_url: 
     [
         pytest.param("words-poly64-fmix64-v1", id="word-tokens"),
         pytest.param("tokens-poly64-fmix64-v2", id="trigrams-up-to-20-tokens"),
+        pytest.param("tokens-poly64-fmix64-v3", id="hangul-run-stuck-to-letters"),
     ],
 )
 def test_an_index_of_a_previous_shingling_fails_clearly_on_open(redis_url: str, previous: str) -> None:
@@ -334,7 +355,7 @@ def test_an_index_of_a_previous_shingling_fails_clearly_on_open(redis_url: str, 
     assert meta is not None and meta["shingling"] == SHINGLING != previous
     meta["shingling"] = previous
     index.storage.save_meta(meta)
-    with pytest.raises(IndexMismatchError, match=f"shingling='{previous}' but this index has shingling='{SHINGLING}'"):
+    with pytest.raises(IndexMismatchError, match=f"shingling='{previous}' but this index has shingling='{SHINGLING}'; .*rebuild"):
         DedupIndex(storage=redis_url, namespace=f"tokens-{previous}")
 
 
