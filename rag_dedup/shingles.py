@@ -55,12 +55,13 @@ import functools
 from itertools import repeat
 import re
 from hashlib import blake2b
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
+from rag_dedup.compiled import signature as _signature_kernels
 from rag_dedup.normalize import (
     NUMBERING,
     _fold_whitespace,
@@ -75,6 +76,9 @@ from rag_dedup.normalize import (
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_sets, stream_shingles, stream_words
 
+if TYPE_CHECKING:
+    from rag_dedup.minhash import MinHasher
+
 __all__ = [
     "DEFAULT_NGRAM",
     "GRAM",
@@ -87,6 +91,7 @@ __all__ = [
     "shingle_hashes_many",
     "shingle_stream",
     "shingles_and_digests",
+    "shingles_digest_and_keys",
     "short_measure",
 ]
 
@@ -976,11 +981,26 @@ def _hash_one(form: str, ngram: int, ignore_decoration: bool, short_tokens: int)
     return hashed[keep]
 
 
+# The band key arguments of shingle_one when no band keys are wanted (bands 0).
+_NO_KEYS: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = (
+    np.zeros(0, np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.uint64), 0, 0,
+)  # fmt: skip
+_NO_KEY_ROW = np.zeros((1, 0), dtype=np.uint64)
+
+
 def _compiled_one(
-    form: str, ngram: int, ignore_decoration: bool, short_tokens: int, digest: bool
+    form: str,
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digest: bool,
+    keyed: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = _NO_KEYS,
+    keys: np.ndarray = _NO_KEY_ROW,
 ) -> tuple[np.ndarray, bytes | None] | None:
     """:func:`_hash_one` by the compiled kernels, and with ``digest`` the digest of the canonical form
-    rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form).
+    rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form);
+    with ``keyed`` (:meth:`rag_dedup.minhash.MinHasher.band_parameters`), the set's band keys written to
+    ``keys`` (``(1, b)`` uint64) when a set is returned.
 
     The same steps as :func:`_hash_piece` for one text: words, the decoration rule
     (:func:`_compiled_decoration_drops`), word and shingle hashes, in one kernel call
@@ -995,7 +1015,10 @@ def _compiled_one(
     keep = np.empty(size, dtype=bool)
     rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
     out = np.empty(size, dtype=np.uint32)
-    _kernels.shingle_one(buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out)
+    a, b, multipliers, bands, rows = keyed
+    _kernels.shingle_one(
+        buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out, a, b, multipliers, bands, rows, keys
+    )
     words, lo, hi, inside, undecided, candidates, _, count = ints[: _kernels.ONE_INFO].tolist()
     digest_of: bytes | None = None
     if digest and words:
@@ -1010,6 +1033,8 @@ def _compiled_one(
         if candidates:
             _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
         count = _kernels.kept_shingles(buf, starts, ends, keep, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, out)
+        if count >= 0 and bands:
+            _signature_kernels.signature_band_keys(out, np.array([0, count], dtype=np.int64), a, b, multipliers, bands, rows, keys)
     if count < 0:
         return None
     return out[:count].copy(), digest_of  # (a copy: a view would keep all of ``out`` alive with the set)
@@ -1073,6 +1098,34 @@ def _compiled_text(
     if found is not None and digest and shaped is not form:
         return found[0], _form_digest(form)
     return found
+
+
+def shingles_digest_and_keys(
+    text: str, ngram: int, *, ignore_decoration: bool, short_tokens: int, hasher: MinHasher, b: int, r: int
+) -> tuple[np.ndarray, bytes | None, np.ndarray | None]:
+    """One text's shingle hashes, exact-duplicate digest and LSH band keys (``DedupIndex.add``):
+    ``shingles_and_digests([text], ...)`` and ``hasher.band_keys([shingles], b, r)`` (a ``(1, b)`` uint64
+    array; None with the digest when the text has no words), the same values.
+
+    With :data:`rag_dedup.compiled.COMPILED`, a text outside the short-text regime takes one kernel call
+    from its bytes to its band keys (:func:`rag_dedup.compiled.shingle.shingle_one`), or two when
+    non-ASCII punctuation or line-leading numbers are settled in Python between them.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``, or a parameter has the wrong type.
+        ValueError: A parameter is out of range.
+    """
+    if compiled.COMPILED and type(text) is str:
+        _check_ngram(ngram)
+        check_rules(ignore_decoration, short_tokens)
+        keyed = hasher.band_parameters(b, r)
+        form, shaped = _token_and_shingle_form(text, ignore_decoration)
+        keys = np.empty((1, b), dtype=np.uint64)
+        found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, shaped is form, keyed, keys)
+        if found is not None:
+            return found[0], (found[1] if shaped is form else _form_digest(form)), keys
+    (shingles,), (digest,) = shingles_and_digests([text], ngram, ignore_decoration=ignore_decoration, short_tokens=short_tokens)
+    return shingles, digest, (hasher.band_keys([shingles], b, r) if digest is not None else None)
 
 
 def _bulk(

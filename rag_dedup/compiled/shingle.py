@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from rag_dedup.compiled import kernel
-from rag_dedup.compiled.signature import fmix64
+from rag_dedup.compiled.signature import band_row, fmix64, signature_row
 
 __all__ = [
     "ONE_INFO", "canonical_bytes", "decoration_status", "kept_shingles", "leading_candidates", "ngram_sets", "shingle_one",
@@ -390,10 +390,19 @@ def shingle_one(
     keep: np.ndarray,
     rebuilt: np.ndarray,
     out: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    multipliers: np.ndarray,
+    bands: int,
+    rows: int,
+    keys: np.ndarray,
 ) -> None:
     """One text in one call (``DedupIndex.add``): :func:`words`, :func:`canonical_bytes`, with ``decorate``
     :func:`decoration_status` and (when no word is undecided) :func:`leading_candidates`, and, when the
-    bytes settled the decoration rule, :func:`kept_shingles` into ``out``.
+    bytes settled the decoration rule, :func:`kept_shingles` into ``out``; then, with ``bands`` > 0 and a
+    set written, its ``bands`` LSH band keys into ``keys[0]`` (``signature_band_keys`` of the set: its
+    signature under the permutations ``a``, ``b``, cut into bands of ``rows`` rows, ``multipliers`` the
+    :func:`rag_dedup.lsh.band_keys` constants).
 
     ``ints`` (int64, ``ONE_INFO + 3 * (len(buf) // 2 + 1)``) receives the number of words, the canonical
     span (lo, hi, and 1 if it is in ``rebuilt``), the numbers of undecided words, of line-leading
@@ -434,4 +443,9 @@ def shingle_one(
             return
     else:
         kept[:] = True
-    ints[7] = kept_shingles(buf, s, e, kept, ngram, short_lo, short_hi, c, out)
+    count = kept_shingles(buf, s, e, kept, ngram, short_lo, short_hi, c, out)
+    ints[7] = count
+    if bands > 0 and count >= 0:
+        best = np.empty(a.shape[0], dtype=np.uint32)
+        signature_row(out[:count], a, b, best)
+        band_row(best, multipliers, bands, rows, keys[0])
