@@ -54,6 +54,7 @@ from collections.abc import Sequence
 import functools
 from itertools import repeat
 import re
+import threading
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Literal
 
@@ -988,6 +989,39 @@ _NO_KEYS: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = (
 _NO_KEY_ROW = np.zeros((1, 0), dtype=np.uint64)
 
 
+class _Scratch(threading.local):
+    """The work arrays of :func:`rag_dedup.compiled.shingle.shingle_one`, one set per thread, grown to
+    the largest text of at most :data:`_SCRATCH_BYTES` seen so far (a larger text gets its own)."""
+
+    def __init__(self) -> None:
+        self.capacity = -1
+        self.arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = ()  # type: ignore[assignment]
+
+
+# Texts of up to this many bytes take the per-thread work arrays of the one-text kernel (about 13 bytes
+# of them a byte of text: 200 KB at most a thread), which spares four allocations a text.
+_SCRATCH_BYTES = 1 << 14
+_SCRATCH = _Scratch()
+
+
+def _one_text_arrays(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(ints, keep, rebuilt, out)`` of at least the sizes :func:`rag_dedup.compiled.shingle.shingle_one`
+    takes for a text of ``n`` bytes: this thread's (their contents are the last call's), or new ones."""
+    scratch = _SCRATCH
+    if n <= scratch.capacity:
+        return scratch.arrays
+    if n > _SCRATCH_BYTES:
+        size = n // 2 + 1
+        return np.empty(_kernels.ONE_INFO + 3 * size, np.int64), np.empty(size, bool), np.empty(n + 1, np.uint8), np.empty(size, np.uint32)
+    capacity = min(max(n, 2 * scratch.capacity, 2048), _SCRATCH_BYTES)
+    size = capacity // 2 + 1
+    scratch.arrays = (
+        np.empty(_kernels.ONE_INFO + 3 * size, np.int64), np.empty(size, bool), np.empty(capacity + 1, np.uint8), np.empty(size, np.uint32),
+    )  # fmt: skip
+    scratch.capacity = capacity
+    return scratch.arrays
+
+
 def _compiled_one(
     form: str,
     ngram: int,
@@ -1008,13 +1042,22 @@ def _compiled_one(
     line-leading numbers are to be settled here; None for a text the bulk path takes (fewer than
     ``ngram`` tokens, or in the short-text regime).
     """
-    data = form.encode("utf-8")
+    return _compiled_bytes(form.encode("utf-8"), ngram, ignore_decoration, short_tokens, digest, keyed, keys)
+
+
+def _compiled_bytes(
+    data: bytes,
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digest: bool,
+    keyed: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = _NO_KEYS,
+    keys: np.ndarray = _NO_KEY_ROW,
+) -> tuple[np.ndarray, bytes | None] | None:
+    """:func:`_compiled_one` of the form's UTF-8 bytes ``data``."""
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(data) // 2 + 1
-    ints = np.empty(_kernels.ONE_INFO + 3 * size, dtype=np.int64)
-    keep = np.empty(size, dtype=bool)
-    rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
-    out = np.empty(size, dtype=np.uint32)
+    ints, keep, rebuilt, out = _one_text_arrays(len(data))
     a, b, multipliers, bands, rows = keyed
     _kernels.shingle_one(
         buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out, a, b, multipliers, bands, rows, keys
@@ -1037,7 +1080,7 @@ def _compiled_one(
             _signature_kernels.signature_band_keys(out, np.array([0, count], dtype=np.int64), a, b, multipliers, bands, rows, keys)
     if count < 0:
         return None
-    return out[:count].copy(), digest_of  # (a copy: a view would keep all of ``out`` alive with the set)
+    return out[:count].copy(), digest_of  # (a copy: ``out`` is the next call's work space)
 
 
 def _form_digest(form: str) -> bytes | None:
@@ -1085,11 +1128,26 @@ def _run(
     return _bulk(texts, ngram, canonicalized, ignore_decoration, short_tokens, digests)
 
 
+def _ascii_form(text: str, ignore_decoration: bool) -> bytes | None:
+    """The UTF-8 bytes of an ASCII text's token form, when that is its shingle form too (no ``https://``
+    to read as ``http://``): ``text.lower()``, lower-cased as bytes (which costs less than ``str.lower``
+    and its encoding); None for the other texts."""
+    if not text.isascii():
+        return None
+    data = text.encode("ascii").lower()
+    # (":" first: a one-character search is a memchr, "https://" a scan that costs ten times more)
+    return None if ignore_decoration and ":" in text and b"https://" in data else data
+
+
 def _compiled_text(
     text: str, ngram: int, canonicalized: bool, ignore_decoration: bool, short_tokens: int, digest: bool
 ) -> tuple[np.ndarray, bytes | None] | None:
     """One text's shingle hashes and (with ``digest``) digest by :func:`_compiled_one`, from its token
     and shingle forms; None for a text the bulk path takes."""
+    if not canonicalized:
+        data = _ascii_form(text, ignore_decoration)
+        if data is not None:
+            return _compiled_bytes(data, ngram, ignore_decoration, short_tokens, digest)
     if canonicalized:
         form, shaped = text, shingle_form(text, ignore_decoration=ignore_decoration)
     else:
@@ -1119,11 +1177,17 @@ def shingles_digest_and_keys(
         _check_ngram(ngram)
         check_rules(ignore_decoration, short_tokens)
         keyed = hasher.band_parameters(b, r)
-        form, shaped = _token_and_shingle_form(text, ignore_decoration)
         keys = np.empty((1, b), dtype=np.uint64)
-        found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, shaped is form, keyed, keys)
-        if found is not None:
-            return found[0], (found[1] if shaped is form else _form_digest(form)), keys
+        data = _ascii_form(text, ignore_decoration)
+        if data is not None:
+            found = _compiled_bytes(data, ngram, ignore_decoration, short_tokens, True, keyed, keys)
+            if found is not None:
+                return found[0], found[1], keys
+        else:
+            form, shaped = _token_and_shingle_form(text, ignore_decoration)
+            found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, shaped is form, keyed, keys)
+            if found is not None:
+                return found[0], (found[1] if shaped is form else _form_digest(form)), keys
     (shingles,), (digest,) = shingles_and_digests([text], ngram, ignore_decoration=ignore_decoration, short_tokens=short_tokens)
     return shingles, digest, (hasher.band_keys([shingles], b, r) if digest is not None else None)
 
@@ -1142,7 +1206,7 @@ def _bulk(
     token_forms: list[str] = []  # theirs
     lower = not canonicalized  # the ASCII texts are lower-cased in their buffer (_hash_piece)
     for i, text in enumerate(texts):
-        if lower and type(text) is str and text.isascii() and "://" not in text:
+        if lower and type(text) is str and text.isascii() and (":" not in text or "://" not in text):  # (":": a memchr)
             forms.append(text)  # its token form is text.lower() and that is its shingle form (no https://)
             continue
         if not isinstance(text, str):

@@ -292,6 +292,36 @@ def test_shingles_digest_and_keys_on_edge_texts(text: str) -> None:
     assert (sh.tolist(), digest, None if keys is None else keys.tolist()) == expected
 
 
+def test_one_text_work_arrays_are_reused_per_thread_and_grown() -> None:
+    """The one-text kernel's work arrays are this thread's, reused and grown (a larger text after a
+    smaller one, a smaller after it, one past _SCRATCH_BYTES with arrays of its own), and each thread
+    has its own: every result equals the reference."""
+    import threading
+
+    hasher = MinHasher(128, seed=1)
+    base = [t for _, t in chunks()[:40]]
+    texts = [base[0][:300], *base[:8], " ".join(base)[: shingles._SCRATCH_BYTES + 500], base[1][:200], " \n ".join(base[:3])]
+    expected = [_reference_text_keys(t, 5, {}, hasher, 21, 6) for t in texts]
+
+    def run() -> list[tuple[list[int], bytes | None, list[int] | None]]:
+        got = []
+        for t in texts:
+            sh, digest, keys = shingles.shingles_digest_and_keys(t, 5, ignore_decoration=True, short_tokens=20, hasher=hasher, b=21, r=6)
+            got.append((sh.tolist(), digest, None if keys is None else keys.tolist()))
+        return got
+
+    with _path(True):
+        assert run() == expected
+        results: list[object] = []
+        threads = [threading.Thread(target=lambda: results.extend(run() for _ in range(5))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(results) == 20
+    assert all(r == expected for r in results)
+
+
 # --- end to end, once on each path -----------------------------------------------------------------
 def test_index_partition_is_the_same_on_both_paths() -> None:
     """add() one at a time and add_many end in the same clusters on the compiled and the reference path."""
