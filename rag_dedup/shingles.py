@@ -438,8 +438,9 @@ def _compiled_words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts[:n], ends[:n]
 
 
-def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_decoration_drops` with the byte tests compiled (:mod:`rag_dedup.compiled.shingle`).
+def _compiled_keep(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_decoration_drops`' mask of the words kept, with the byte tests compiled
+    (:mod:`rag_dedup.compiled.shingle`); the words of a text of decoration only are not restored here.
 
     The kernels settle every word by its bytes but the undecided ones (non-ASCII, no solid byte: asked
     of :func:`_decoration_bytes`), and name, per line, the word that leads it once the decoration before
@@ -454,7 +455,7 @@ def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray,
     candidates = found[: _kernels.leading_candidates(buf, starts, ends, keep, found)]
     if len(candidates):
         _drop_leading_numbers(data, starts, ends, keep, candidates)
-    return keep, np.flatnonzero(~keep)
+    return keep
 
 
 def _settle_undecided(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, undecided: np.ndarray) -> None:
@@ -661,10 +662,18 @@ def _hash_piece(
     elif digests is not None:
         text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
-    if ignore_decoration and len(starts):
+    if fast:
+        # The decoration rule, then the kept words moved to the front with their hashes, in one kernel call.
+        words = np.empty(len(starts), dtype=np.uint64)
+        if ignore_decoration and len(starts):
+            keep = _compiled_keep(joined, buf, starts, ends)
+            kept = _kernels.kept_word_hashes(buf, starts, ends, keep, first_word, words_per_text, words)
+            starts, ends, words = starts[:kept], ends[:kept], words[:kept]
+        else:
+            _kernels.word_hashes(buf, starts, ends, words)
+    elif ignore_decoration and len(starts):
         # Before the word hashes, which then are of the words kept alone (and while buf is in cache).
-        drops = _compiled_decoration_drops if fast else _decoration_drops
-        keep, dropped = drops(joined, buf, starts, ends)
+        keep, dropped = _decoration_drops(joined, buf, starts, ends)
         if len(dropped):
             left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
@@ -673,10 +682,7 @@ def _hash_piece(
                 left[bare] = words_per_text[bare]
             starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    if fast:
-        words = np.empty(len(starts), dtype=np.uint64)
-        _kernels.word_hashes(buf, starts, ends, words)
-    else:
+    if not fast:
         words = _word_hashes(buf, starts, ends)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
@@ -1037,7 +1043,7 @@ def _compiled_one(
     ``keys`` (``(1, b)`` uint64) when a set is returned.
 
     The same steps as :func:`_hash_piece` for one text: words, the decoration rule
-    (:func:`_compiled_decoration_drops`), word and shingle hashes, in one kernel call
+    (:func:`_compiled_keep`), word and shingle hashes, in one kernel call
     (:func:`rag_dedup.compiled.shingle.shingle_one`) unless words of non-ASCII punctuation or
     line-leading numbers are to be settled here; None for a text the bulk path takes (fewer than
     ``ngram`` tokens, or in the short-text regime).
