@@ -1114,6 +1114,10 @@ def _run(
     check_rules(ignore_decoration, short_tokens)
     if compiled.COMPILED and len(texts) <= _FEW and all(type(t) is str for t in texts):
         found = [_compiled_text(t, ngram, canonicalized, ignore_decoration, short_tokens, digests is not None) for t in texts]
+        if None not in found:  # (the usual case: no text for the bulk path)
+            if digests is not None:
+                digests.extend([d for _, d in found])  # type: ignore[misc]
+            return [sh for sh, _ in found]  # type: ignore[misc]
         missing = [i for i, f in enumerate(found) if f is None]  # texts the bulk path takes (short ones)
         rest_digests: list[bytes | None] = []
         rest = _bulk([texts[i] for i in missing], ngram, canonicalized, ignore_decoration, short_tokens,
