@@ -153,6 +153,7 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
 # (stage, where to find the function: "index" = rag_dedup.index, "DedupIndex", "storage" = the storage class)
 SPLIT_STAGES = [
     ("shingling", "index", "shingles_and_digests"),
+    ("shingling, signature and band keys", "index", "shingles_digest_and_keys"),  # add()'s one call (DedupIndex._add_one)
     ("signature and band keys", "DedupIndex", "_band_keys"),
     ("bucket lookup", "DedupIndex", "_lookup_few"),
     ("bucket lookup", "DedupIndex", "_lookup_buckets"),

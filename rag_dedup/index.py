@@ -66,7 +66,9 @@ from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
-from rag_dedup.shingles import DEFAULT_NGRAM, SHORT_TOKENS, canonical_digest, check_rules, shingle_hashes_many, shingles_and_digests
+from rag_dedup.shingles import (
+    DEFAULT_NGRAM, SHORT_TOKENS, canonical_digest, check_rules, shingle_hashes_many, shingles_and_digests, shingles_digest_and_keys,
+)  # fmt: skip
 from rag_dedup.similarity import jaccard, jaccard_many, jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 from rag_dedup.storage.memory import MemoryStorage
@@ -353,13 +355,14 @@ class DedupIndex:
         signed, then placed by :meth:`_place_one`. Returns its :class:`Match` when it is a new group
         (most texts), else None and :meth:`add` asks :meth:`_matches`.
         """
-        (shingles,), (digest,) = shingles_and_digests(
-            [item.text], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
-        )
-        if digest is None:
+        shingles, digest, band_keys = shingles_digest_and_keys(
+            item.text, self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens,
+            hasher=self._hasher, b=self.bands[0], r=self.bands[1],
+        )  # fmt: skip
+        if digest is None or band_keys is None:
             self._add_batch([item], previous)
             return None
-        return self._place_one(item, shingles, digest, self._band_keys([shingles]), previous)
+        return self._place_one(item, shingles, digest, band_keys, previous)
 
     def _place_one(
         self, item: _Item, shingles: np.ndarray, digest: bytes, band_keys: np.ndarray, previous: dict[str, str]
@@ -693,10 +696,10 @@ class DedupIndex:
         signatures and their uint64 products are temporaries of one block, not of the whole batch)."""
         b, r = self.bands
         if len(sets) <= _HASH_BLOCK:
-            return lsh.band_keys(self._hasher.signatures(sets), b, r)
+            return self._hasher.band_keys(sets, b, r)
         out = np.empty((len(sets), b), dtype=np.uint64)
         for lo in range(0, len(sets), _HASH_BLOCK):
-            out[lo : lo + _HASH_BLOCK] = lsh.band_keys(self._hasher.signatures(sets[lo : lo + _HASH_BLOCK]), b, r)
+            out[lo : lo + _HASH_BLOCK] = self._hasher.band_keys(sets[lo : lo + _HASH_BLOCK], b, r)
         return out
 
     def _link(

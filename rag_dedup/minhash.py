@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_dedup import compiled
+from rag_dedup import compiled, lsh
 from rag_dedup.compiled import signature as _kernels
 from rag_dedup.settings import check_num_perm, check_seed
 
@@ -115,16 +115,51 @@ class MinHasher:
             del permuted  # before the next block's is allocated: one block's matrix alive at a time
         return out
 
-    def _compiled_signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
-        """:meth:`signatures` by the compiled kernel: the sets concatenated, with their offsets."""
+    def band_keys(self, sets: Sequence[np.ndarray], b: int, r: int) -> np.ndarray:
+        """The ``(len(sets), b)`` uint64 LSH band keys of the sets' signatures:
+        ``lsh.band_keys(self.signatures(sets), b, r)``, value for value.
+
+        With :data:`rag_dedup.compiled.COMPILED`, one compiled pass
+        (:func:`rag_dedup.compiled.signature.signature_band_keys`) computes them a set at a time, without
+        the ``(len(sets), num_perm)`` signatures.
+
+        Raises:
+            ValueError: ``b * r`` exceeds ``num_perm``.
+        """
+        if not compiled.COMPILED:
+            return lsh.band_keys(self.signatures(sets), b, r)
+        a, b_perm, multipliers, _, _ = self.band_parameters(b, r)
+        values, offsets = self._concatenated(sets)
+        out = np.empty((len(sets), b), dtype=np.uint64)
+        _kernels.signature_band_keys(values, offsets, a, b_perm, multipliers, b, r, out)
+        return out
+
+    def band_parameters(self, b: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """What the compiled band keys of :meth:`band_keys` take: ``(a, b_perm, multipliers, b, r)``, the
+        uint32 permutation parameters, the uint64 band multipliers of :func:`rag_dedup.lsh.band_keys`
+        and the bands and rows (the arrays are shared: not to be written).
+
+        Raises:
+            ValueError: ``b * r`` exceeds ``num_perm`` (as :func:`rag_dedup.lsh.band_keys`).
+        """
+        if b * r > self.num_perm:
+            raise ValueError(f"b * r ({b} * {r} = {b * r}) exceeds the signature length ({self.num_perm})")
+        return self._a, self._b, lsh._constants(b, r)[0], b, r
+
+    def _concatenated(self, sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The sets' values one after another (uint32) and the ``len(sets) + 1`` offsets of the sets in them."""
         if len(sets) == 1:
             values = np.ascontiguousarray(sets[0], dtype=np.uint32)
-            offsets = np.array([0, len(values)], dtype=np.int64)
-        else:
-            sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
-            offsets = np.zeros(len(sets) + 1, dtype=np.int64)
-            np.cumsum(sizes, out=offsets[1:])
-            values = np.concatenate(sets).astype(np.uint32, copy=False) if int(offsets[-1]) else np.empty(0, np.uint32)
+            return values, np.array([0, len(values)], dtype=np.int64)
+        sizes = np.fromiter((len(s) for s in sets), dtype=np.int64, count=len(sets))
+        offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        values = np.concatenate(sets).astype(np.uint32, copy=False) if int(offsets[-1]) else np.empty(0, np.uint32)
+        return values, offsets
+
+    def _compiled_signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        """:meth:`signatures` by the compiled kernel: the sets concatenated, with their offsets."""
+        values, offsets = self._concatenated(sets)
         out = np.empty((len(sets), self.num_perm), dtype=np.uint32)
         _kernels.signatures(values, offsets, self._a, self._b, out)
         return out

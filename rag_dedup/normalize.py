@@ -182,14 +182,15 @@ def shingle_form(form: str, *, ignore_decoration: bool = True) -> str:
     returned as is (the same object). Line breaks are kept, so the line-leading rule of :func:`shingle_tokens` still applies.
     """
     if form.isascii():
-        return form.replace("https://", "http://") if ignore_decoration and "https://" in form else form
+        # (":" first: a one-character search is a memchr, "https://" a scan that costs ten times more)
+        return form.replace("https://", "http://") if ignore_decoration and ":" in form and "https://" in form else form
     return _shape(form, None, ignore_decoration)
 
 
 def _shape(form: str, wide: str | None, ignore_decoration: bool) -> str:
     """:func:`shingle_form` of a non-ASCII ``form``; ``wide``, if given, holds every non-ASCII character
     of ``form`` (and maybe ASCII ones), which spares finding them."""
-    if ignore_decoration and "https://" in form:
+    if ignore_decoration and ":" in form and "https://" in form:
         form = form.replace("https://", "http://")
     if wide is None:  # the non-ASCII characters alone, cheaply: deleting the ASCII bytes of UTF-8 leaves whole characters
         wide = form.encode("utf-8").translate(None, _ASCII_BYTES).decode("utf-8")

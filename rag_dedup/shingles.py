@@ -54,13 +54,15 @@ from collections.abc import Sequence
 import functools
 from itertools import repeat
 import re
+import threading
 from hashlib import blake2b
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from rag_dedup import compiled
 from rag_dedup.compiled import shingle as _kernels
+from rag_dedup.compiled import signature as _signature_kernels
 from rag_dedup.normalize import (
     NUMBERING,
     _fold_whitespace,
@@ -75,6 +77,9 @@ from rag_dedup.normalize import (
 from rag_dedup import compiled
 from rag_dedup.compiled.collapse import stream_sets, stream_shingles, stream_words
 
+if TYPE_CHECKING:
+    from rag_dedup.minhash import MinHasher
+
 __all__ = [
     "DEFAULT_NGRAM",
     "GRAM",
@@ -87,6 +92,7 @@ __all__ = [
     "shingle_hashes_many",
     "shingle_stream",
     "shingles_and_digests",
+    "shingles_digest_and_keys",
     "short_measure",
 ]
 
@@ -432,8 +438,9 @@ def _compiled_words(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts[:n], ends[:n]
 
 
-def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_decoration_drops` with the byte tests compiled (:mod:`rag_dedup.compiled.shingle`).
+def _compiled_keep(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_decoration_drops`' mask of the words kept, with the byte tests compiled
+    (:mod:`rag_dedup.compiled.shingle`); the words of a text of decoration only are not restored here.
 
     The kernels settle every word by its bytes but the undecided ones (non-ASCII, no solid byte: asked
     of :func:`_decoration_bytes`), and name, per line, the word that leads it once the decoration before
@@ -448,7 +455,7 @@ def _compiled_decoration_drops(data: bytes, buf: np.ndarray, starts: np.ndarray,
     candidates = found[: _kernels.leading_candidates(buf, starts, ends, keep, found)]
     if len(candidates):
         _drop_leading_numbers(data, starts, ends, keep, candidates)
-    return keep, np.flatnonzero(~keep)
+    return keep
 
 
 def _settle_undecided(data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, undecided: np.ndarray) -> None:
@@ -655,10 +662,18 @@ def _hash_piece(
     elif digests is not None:
         text_of_word = np.repeat(np.arange(len(texts)), words_per_text)
         digests.extend(_digests(joined, buf, is_word, starts, ends, text_of_word, words_per_text, first_word, text_starts))
-    if ignore_decoration and len(starts):
+    if fast:
+        # The decoration rule, then the kept words moved to the front with their hashes, in one kernel call.
+        words = np.empty(len(starts), dtype=np.uint64)
+        if ignore_decoration and len(starts):
+            keep = _compiled_keep(joined, buf, starts, ends)
+            kept = _kernels.kept_word_hashes(buf, starts, ends, keep, first_word, words_per_text, words)
+            starts, ends, words = starts[:kept], ends[:kept], words[:kept]
+        else:
+            _kernels.word_hashes(buf, starts, ends, words)
+    elif ignore_decoration and len(starts):
         # Before the word hashes, which then are of the words kept alone (and while buf is in cache).
-        drops = _compiled_decoration_drops if fast else _decoration_drops
-        keep, dropped = drops(joined, buf, starts, ends)
+        keep, dropped = _decoration_drops(joined, buf, starts, ends)
         if len(dropped):
             left = words_per_text - np.bincount(np.searchsorted(first_word, dropped, side="right") - 1, minlength=len(texts))
             bare = (left == 0) & (words_per_text > 0)
@@ -667,10 +682,7 @@ def _hash_piece(
                 left[bare] = words_per_text[bare]
             starts, ends, words_per_text = starts[keep], ends[keep], left
             first_word = np.concatenate(([0], np.cumsum(words_per_text)[:-1]))
-    if fast:
-        words = np.empty(len(starts), dtype=np.uint64)
-        _kernels.word_hashes(buf, starts, ends, words)
-    else:
+    if not fast:
         words = _word_hashes(buf, starts, ends)
     short_texts = _short_regime(words_per_text, short_tokens)
     gram_texts, set_texts = _split_regime(words_per_text, short_texts)
@@ -976,26 +988,86 @@ def _hash_one(form: str, ngram: int, ignore_decoration: bool, short_tokens: int)
     return hashed[keep]
 
 
+# The band key arguments of shingle_one when no band keys are wanted (bands 0).
+_NO_KEYS: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = (
+    np.zeros(0, np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.uint64), 0, 0,
+)  # fmt: skip
+_NO_KEY_ROW = np.zeros((1, 0), dtype=np.uint64)
+
+
+class _Scratch(threading.local):
+    """The work arrays of :func:`rag_dedup.compiled.shingle.shingle_one`, one set per thread, grown to
+    the largest text of at most :data:`_SCRATCH_BYTES` seen so far (a larger text gets its own)."""
+
+    def __init__(self) -> None:
+        self.capacity = -1
+        self.arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = ()  # type: ignore[assignment]
+
+
+# Texts of up to this many bytes take the per-thread work arrays of the one-text kernel (about 13 bytes
+# of them a byte of text: 200 KB at most a thread), which spares four allocations a text.
+_SCRATCH_BYTES = 1 << 14
+_SCRATCH = _Scratch()
+
+
+def _one_text_arrays(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(ints, keep, rebuilt, out)`` of at least the sizes :func:`rag_dedup.compiled.shingle.shingle_one`
+    takes for a text of ``n`` bytes: this thread's (their contents are the last call's), or new ones."""
+    scratch = _SCRATCH
+    if n <= scratch.capacity:
+        return scratch.arrays
+    if n > _SCRATCH_BYTES:
+        size = n // 2 + 1
+        return np.empty(_kernels.ONE_INFO + 3 * size, np.int64), np.empty(size, bool), np.empty(n + 1, np.uint8), np.empty(size, np.uint32)
+    capacity = min(max(n, 2 * scratch.capacity, 2048), _SCRATCH_BYTES)
+    size = capacity // 2 + 1
+    scratch.arrays = (
+        np.empty(_kernels.ONE_INFO + 3 * size, np.int64), np.empty(size, bool), np.empty(capacity + 1, np.uint8), np.empty(size, np.uint32),
+    )  # fmt: skip
+    scratch.capacity = capacity
+    return scratch.arrays
+
+
 def _compiled_one(
-    form: str, ngram: int, ignore_decoration: bool, short_tokens: int, digest: bool
+    form: str,
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digest: bool,
+    keyed: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = _NO_KEYS,
+    keys: np.ndarray = _NO_KEY_ROW,
 ) -> tuple[np.ndarray, bytes | None] | None:
     """:func:`_hash_one` by the compiled kernels, and with ``digest`` the digest of the canonical form
-    rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form).
+    rebuilt from ``form``'s words (as :func:`_digests`; valid when ``form`` is the text's token form);
+    with ``keyed`` (:meth:`rag_dedup.minhash.MinHasher.band_parameters`), the set's band keys written to
+    ``keys`` (``(1, b)`` uint64) when a set is returned.
 
     The same steps as :func:`_hash_piece` for one text: words, the decoration rule
-    (:func:`_compiled_decoration_drops`), word and shingle hashes, in one kernel call
+    (:func:`_compiled_keep`), word and shingle hashes, in one kernel call
     (:func:`rag_dedup.compiled.shingle.shingle_one`) unless words of non-ASCII punctuation or
     line-leading numbers are to be settled here; None for a text the bulk path takes (fewer than
     ``ngram`` tokens, or in the short-text regime).
     """
-    data = form.encode("utf-8")
+    return _compiled_bytes(form.encode("utf-8"), ngram, ignore_decoration, short_tokens, digest, keyed, keys)
+
+
+def _compiled_bytes(
+    data: bytes,
+    ngram: int,
+    ignore_decoration: bool,
+    short_tokens: int,
+    digest: bool,
+    keyed: tuple[np.ndarray, np.ndarray, np.ndarray, int, int] = _NO_KEYS,
+    keys: np.ndarray = _NO_KEY_ROW,
+) -> tuple[np.ndarray, bytes | None] | None:
+    """:func:`_compiled_one` of the form's UTF-8 bytes ``data``."""
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(data) // 2 + 1
-    ints = np.empty(_kernels.ONE_INFO + 3 * size, dtype=np.int64)
-    keep = np.empty(size, dtype=bool)
-    rebuilt = np.empty(len(data) + 1, dtype=np.uint8)
-    out = np.empty(size, dtype=np.uint32)
-    _kernels.shingle_one(buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out)
+    ints, keep, rebuilt, out = _one_text_arrays(len(data))
+    a, b, multipliers, bands, rows = keyed
+    _kernels.shingle_one(
+        buf, ignore_decoration, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, ints, keep, rebuilt, out, a, b, multipliers, bands, rows, keys
+    )
     words, lo, hi, inside, undecided, candidates, _, count = ints[: _kernels.ONE_INFO].tolist()
     digest_of: bytes | None = None
     if digest and words:
@@ -1010,9 +1082,11 @@ def _compiled_one(
         if candidates:
             _drop_leading_numbers(data, starts, ends, keep, found[:candidates])
         count = _kernels.kept_shingles(buf, starts, ends, keep, ngram, SHORT_MIN_TOKENS, short_tokens, _C_NP, out)
+        if count >= 0 and bands:
+            _signature_kernels.signature_band_keys(out, np.array([0, count], dtype=np.int64), a, b, multipliers, bands, rows, keys)
     if count < 0:
         return None
-    return out[:count].copy(), digest_of  # (a copy: a view would keep all of ``out`` alive with the set)
+    return out[:count].copy(), digest_of  # (a copy: ``out`` is the next call's work space)
 
 
 def _form_digest(form: str) -> bytes | None:
@@ -1040,6 +1114,10 @@ def _run(
     check_rules(ignore_decoration, short_tokens)
     if compiled.COMPILED and len(texts) <= _FEW and all(type(t) is str for t in texts):
         found = [_compiled_text(t, ngram, canonicalized, ignore_decoration, short_tokens, digests is not None) for t in texts]
+        if None not in found:  # (the usual case: no text for the bulk path)
+            if digests is not None:
+                digests.extend([d for _, d in found])  # type: ignore[misc]
+            return [sh for sh, _ in found]  # type: ignore[misc]
         missing = [i for i, f in enumerate(found) if f is None]  # texts the bulk path takes (short ones)
         rest_digests: list[bytes | None] = []
         rest = _bulk([texts[i] for i in missing], ngram, canonicalized, ignore_decoration, short_tokens,
@@ -1060,11 +1138,26 @@ def _run(
     return _bulk(texts, ngram, canonicalized, ignore_decoration, short_tokens, digests)
 
 
+def _ascii_form(text: str, ignore_decoration: bool) -> bytes | None:
+    """The UTF-8 bytes of an ASCII text's token form, when that is its shingle form too (no ``https://``
+    to read as ``http://``): ``text.lower()``, lower-cased as bytes (which costs less than ``str.lower``
+    and its encoding); None for the other texts."""
+    if not text.isascii():
+        return None
+    data = text.encode("ascii").lower()
+    # (":" first: a one-character search is a memchr, "https://" a scan that costs ten times more)
+    return None if ignore_decoration and ":" in text and b"https://" in data else data
+
+
 def _compiled_text(
     text: str, ngram: int, canonicalized: bool, ignore_decoration: bool, short_tokens: int, digest: bool
 ) -> tuple[np.ndarray, bytes | None] | None:
     """One text's shingle hashes and (with ``digest``) digest by :func:`_compiled_one`, from its token
     and shingle forms; None for a text the bulk path takes."""
+    if not canonicalized:
+        data = _ascii_form(text, ignore_decoration)
+        if data is not None:
+            return _compiled_bytes(data, ngram, ignore_decoration, short_tokens, digest)
     if canonicalized:
         form, shaped = text, shingle_form(text, ignore_decoration=ignore_decoration)
     else:
@@ -1073,6 +1166,40 @@ def _compiled_text(
     if found is not None and digest and shaped is not form:
         return found[0], _form_digest(form)
     return found
+
+
+def shingles_digest_and_keys(
+    text: str, ngram: int, *, ignore_decoration: bool, short_tokens: int, hasher: MinHasher, b: int, r: int
+) -> tuple[np.ndarray, bytes | None, np.ndarray | None]:
+    """One text's shingle hashes, exact-duplicate digest and LSH band keys (``DedupIndex.add``):
+    ``shingles_and_digests([text], ...)`` and ``hasher.band_keys([shingles], b, r)`` (a ``(1, b)`` uint64
+    array; None with the digest when the text has no words), the same values.
+
+    With :data:`rag_dedup.compiled.COMPILED`, a text outside the short-text regime takes one kernel call
+    from its bytes to its band keys (:func:`rag_dedup.compiled.shingle.shingle_one`), or two when
+    non-ASCII punctuation or line-leading numbers are settled in Python between them.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``, or a parameter has the wrong type.
+        ValueError: A parameter is out of range.
+    """
+    if compiled.COMPILED and type(text) is str:
+        _check_ngram(ngram)
+        check_rules(ignore_decoration, short_tokens)
+        keyed = hasher.band_parameters(b, r)
+        keys = np.empty((1, b), dtype=np.uint64)
+        data = _ascii_form(text, ignore_decoration)
+        if data is not None:
+            found = _compiled_bytes(data, ngram, ignore_decoration, short_tokens, True, keyed, keys)
+            if found is not None:
+                return found[0], found[1], keys
+        else:
+            form, shaped = _token_and_shingle_form(text, ignore_decoration)
+            found = _compiled_one(shaped, ngram, ignore_decoration, short_tokens, shaped is form, keyed, keys)
+            if found is not None:
+                return found[0], (found[1] if shaped is form else _form_digest(form)), keys
+    (shingles,), (digest,) = shingles_and_digests([text], ngram, ignore_decoration=ignore_decoration, short_tokens=short_tokens)
+    return shingles, digest, (hasher.band_keys([shingles], b, r) if digest is not None else None)
 
 
 def _bulk(
@@ -1089,7 +1216,7 @@ def _bulk(
     token_forms: list[str] = []  # theirs
     lower = not canonicalized  # the ASCII texts are lower-cased in their buffer (_hash_piece)
     for i, text in enumerate(texts):
-        if lower and type(text) is str and text.isascii() and "://" not in text:
+        if lower and type(text) is str and text.isascii() and (":" not in text or "://" not in text):  # (":": a memchr)
             forms.append(text)  # its token form is text.lower() and that is its shingle form (no https://)
             continue
         if not isinstance(text, str):

@@ -218,6 +218,110 @@ def test_compiled_band_keys_equal_the_reference(n: int, bands: tuple[int, int], 
     assert fast.tolist() == slow.tolist()
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, (1 << 32) - 1), max_size=300), max_size=8),
+    st.sampled_from([(128, 1, 21, 6), (16, 3, 4, 4), (2, 1, 1, 1), (256, 9, 16, 15)]),
+)
+def test_compiled_band_keys_of_sets_equal_the_reference(sets: list[list[int]], params: tuple[int, int, int, int]) -> None:
+    """MinHasher.band_keys (the signatures and band keys in one pass) equals lsh.band_keys of the
+    reference signatures, value for value."""
+    num_perm, seed, b, r = params
+    hasher = MinHasher(num_perm, seed=seed)
+    arrays = [np.array(s, dtype=np.uint32) for s in sets]
+    with _path(False):
+        expected = lsh.band_keys(hasher.signatures(arrays), b, r)
+    fast, slow = both(lambda: hasher.band_keys(arrays, b, r))
+    assert fast.dtype == slow.dtype == np.uint64
+    assert fast.shape == slow.shape == (len(sets), b)
+    assert fast.tolist() == slow.tolist() == expected.tolist()
+    for one in arrays[:2]:
+        one_fast, one_slow = both(lambda: hasher.band_keys([one], b, r))
+        assert one_fast.tolist() == one_slow.tolist() == lsh.band_keys(hasher.signatures([one]), b, r).tolist()
+
+
+@pytest.mark.parametrize("bands", [(22, 6), (129, 1), (1, 129)])
+def test_band_keys_of_sets_refuse_bands_past_the_signature(bands: tuple[int, int]) -> None:
+    hasher = MinHasher(128, seed=1)
+    for fast in (True, False):
+        with _path(fast), pytest.raises(ValueError):
+            hasher.band_keys([np.arange(10, dtype=np.uint32)], *bands)
+
+
+def _reference_text_keys(text: str, ngram: int, rules: dict, hasher: MinHasher, b: int, r: int) -> tuple[list[int], bytes | None, list[int] | None]:
+    with _path(False):
+        (sh,), (digest,) = shingles_and_digests([text], ngram, **rules)
+        keys = lsh.band_keys(hasher.signatures([sh]), b, r) if digest is not None else None
+    return sh.tolist(), digest, None if keys is None else keys.tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS, st.integers(1, 6), RULES, st.sampled_from([(128, 1, 21, 6), (64, 7, 8, 8)]))
+def test_shingles_digest_and_keys_equal_the_reference(text: str, ngram: int, rules: dict, params: tuple[int, int, int, int]) -> None:
+    """One text from its bytes to its band keys (DedupIndex.add, one kernel call, or two when Python
+    settles the decoration rule, or the bulk path for short texts) equals the reference: its shingle
+    set and digest by shingles_and_digests, its band keys by lsh.band_keys of its signature."""
+    num_perm, seed, b, r = params
+    hasher = MinHasher(num_perm, seed=seed)
+    expected = _reference_text_keys(text, ngram, rules, hasher, b, r)
+    fast, slow = both(lambda: shingles.shingles_digest_and_keys(text, ngram, hasher=hasher, b=b, r=r, **rules))
+    for sh, digest, keys in (fast, slow):
+        assert sh.dtype == np.uint32
+        assert (sh.tolist(), digest, None if keys is None else keys.tolist()) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param(" \n\t ", id="whitespace-only"),
+        pytest.param("one two", id="fewer-words-than-ngram"),
+        pytest.param("a b c d e f g h i j k l m n", id="short-text-regime"),
+        pytest.param("1. 2. 3) (iv) first item of the list here and then some more words to be long " * 3, id="leading-numbers"),
+        pytest.param("word — • « » " * 40, id="non-ascii-punctuation"),
+        pytest.param("Straße  Ünïcödé\r\n\r\n\r\nwords here " * 20, id="folded-and-rebuilt"),
+        pytest.param("第一章 日本語のテキストです。" * 30, id="cjk"),
+        pytest.param("https://example.com/a/b " * 30, id="https"),
+    ],
+)
+def test_shingles_digest_and_keys_on_edge_texts(text: str) -> None:
+    hasher = MinHasher(128, seed=1)
+    expected = _reference_text_keys(text, 5, {}, hasher, 21, 6)
+    with _path(True):
+        sh, digest, keys = shingles.shingles_digest_and_keys(text, 5, ignore_decoration=True, short_tokens=20, hasher=hasher, b=21, r=6)
+    assert (sh.tolist(), digest, None if keys is None else keys.tolist()) == expected
+
+
+def test_one_text_work_arrays_are_reused_per_thread_and_grown() -> None:
+    """The one-text kernel's work arrays are this thread's, reused and grown (a larger text after a
+    smaller one, a smaller after it, one past _SCRATCH_BYTES with arrays of its own), and each thread
+    has its own: every result equals the reference."""
+    import threading
+
+    hasher = MinHasher(128, seed=1)
+    base = [t for _, t in chunks()[:40]]
+    texts = [base[0][:300], *base[:8], " ".join(base)[: shingles._SCRATCH_BYTES + 500], base[1][:200], " \n ".join(base[:3])]
+    expected = [_reference_text_keys(t, 5, {}, hasher, 21, 6) for t in texts]
+
+    def run() -> list[tuple[list[int], bytes | None, list[int] | None]]:
+        got = []
+        for t in texts:
+            sh, digest, keys = shingles.shingles_digest_and_keys(t, 5, ignore_decoration=True, short_tokens=20, hasher=hasher, b=21, r=6)
+            got.append((sh.tolist(), digest, None if keys is None else keys.tolist()))
+        return got
+
+    with _path(True):
+        assert run() == expected
+        results: list[object] = []
+        threads = [threading.Thread(target=lambda: results.extend(run() for _ in range(5))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(results) == 20
+    assert all(r == expected for r in results)
+
+
 # --- end to end, once on each path -----------------------------------------------------------------
 def test_index_partition_is_the_same_on_both_paths() -> None:
     """add() one at a time and add_many end in the same clusters on the compiled and the reference path."""

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["COMPILED", "KERNELS_ENV", "kernel"]
+__all__ = ["COMPILED", "KERNELS_ENV", "inline_kernel", "kernel"]
 
 #: The environment variable that chooses the path: ``compiled`` (the default) or ``reference``.
 KERNELS_ENV = "RAG_DEDUP_KERNELS"
@@ -64,3 +64,11 @@ def kernel(function: _F) -> _F:
     if _numba is None:
         return function
     return _numba.njit(cache=True, nogil=True)(function)  # type: ignore[attr-defined,no-any-return]
+
+
+def inline_kernel(function: _F) -> _F:
+    """:func:`kernel`, inlined into the kernels that call it (``inline="always"``: a small step called
+    once a word, which LLVM does not inline on its own); not called from Python."""
+    if _numba is None:
+        return function
+    return _numba.njit(cache=True, nogil=True, inline="always")(function)  # type: ignore[attr-defined,no-any-return]

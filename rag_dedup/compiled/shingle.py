@@ -9,8 +9,8 @@ bytes or words stays there: Unicode folding, the split scripts, the regex of lin
 short-text regime. The formulas, as in the module docstring of :mod:`rag_dedup.shingles`:
 
 * a word is a maximal run of bytes outside the whitespace 9-13 and 28-32 (``str.split()``'s set);
-* word hash ``w = Σ_k byte_k · P^k mod 2^64``, computed by Horner's rule from the last byte
-  (``h = h · P + byte``) where the reference takes differences of prefix sums times ``P^-start``: the
+* word hash ``w = Σ_k byte_k · P^k mod 2^64``, computed eight bytes a block (``Σ_c P^(8c) · Σ_k
+  byte_{8c+k} · P^k``) where the reference takes differences of prefix sums times ``P^-start``: the
   same value modulo 2^64;
 * shingle hash ``fmix64(Σ_k w_{i+k} · C_k mod 2^64) >> 32``, sorted and made unique per text.
 
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rag_dedup.compiled import kernel
-from rag_dedup.compiled.signature import fmix64
+from rag_dedup.compiled import inline_kernel, kernel
+from rag_dedup.compiled.signature import band_row, fmix64, signature_row
 
 __all__ = [
-    "ONE_INFO", "canonical_bytes", "decoration_status", "kept_shingles", "leading_candidates", "ngram_sets", "shingle_one",
+    "ONE_INFO", "canonical_bytes", "decoration_status", "kept_shingles", "kept_word_hashes", "leading_candidates", "ngram_sets",
+    "shingle_one",
     "sorted_unique",
     "word_hashes", "words",
 ]
@@ -66,14 +67,34 @@ def words(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int:
     return count // 2
 
 
-@kernel
+# P^0 .. P^8 modulo 2^64: the powers of the bytes of an 8-byte block, and the step between blocks.
+_P_POWERS = np.ones(9, dtype=np.uint64)
+for _k in range(1, 9):
+    _P_POWERS[_k] = np.uint64((int(_P_POWERS[_k - 1]) * int(_P)) % (1 << 64))
+_P8 = _P_POWERS[8]
+
+
+@inline_kernel
 def _word_hash(buf: np.ndarray, a: int, e: int) -> np.uint64:
-    """The uint64 polynomial hash of the word ``buf[a:e]``, by Horner's rule from its last byte
-    (``h = h · P + byte``): one multiply and add a byte, with no table of powers and no branch on the
-    word's length, faster than the independent products ``byte_k · P^k`` on words of a few bytes."""
+    """The uint64 polynomial hash ``Σ_k buf[a + k] · P^k`` of the word ``buf[a:e]`` (``e > a``), eight
+    bytes a block: a block's eight products are independent (no chain of multiplies a byte, and no
+    branch on the word's length inside the block: a byte past the word is multiplied by zero), and the
+    blocks are summed as ``Σ_c block_c · P^(8c)``. Bytes past the end of ``buf`` are not read (the
+    index is clamped to the last byte, whose product is zero there too)."""
+    last = buf.shape[0] - 1
     h = _ZERO
-    for j in range(e - 1, a - 1, -1):
-        h = h * _P + np.uint64(buf[j])
+    step = np.uint64(1)
+    j = a
+    while True:
+        left = e - j
+        block = _ZERO
+        for k in range(8):
+            block += np.uint64(buf[min(j + k, last)]) * (_P_POWERS[k] if k < left else _ZERO)
+        h += block * step
+        j += 8
+        if j >= e:
+            break
+        step *= _P8
     return h
 
 
@@ -82,6 +103,37 @@ def word_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, out: np.n
     """Write the uint64 polynomial hash of each word ``buf[starts[i]:ends[i]]`` to ``out[i]``."""
     for i in range(starts.shape[0]):
         out[i] = _word_hash(buf, starts[i], ends[i])
+
+
+@kernel
+def kept_word_hashes(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray, first_word: np.ndarray, words_per_text: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """Each text's words with ``keep`` (all of them when none is kept: a text of decoration only is
+    compared as written), moved to the front of ``starts`` and ``ends`` in place, with their hashes
+    (:func:`word_hashes`) in ``out``; ``first_word`` and ``words_per_text`` are rewritten to match.
+
+    Text ``t`` has words ``first_word[t] .. first_word[t] + words_per_text[t] - 1`` (consecutive, in
+    text order); returns how many words are kept in all.
+    """
+    pos = 0
+    for t in range(first_word.shape[0]):
+        f, n = first_word[t], words_per_text[t]
+        kept = 0
+        for i in range(f, f + n):
+            kept += keep[i]
+        every = kept == 0
+        first_word[t] = pos
+        for i in range(f, f + n):  # (pos <= i: nothing is overwritten before it is read)
+            if every or keep[i]:
+                a, e = starts[i], ends[i]
+                starts[pos] = a
+                ends[pos] = e
+                out[pos] = _word_hash(buf, a, e)
+                pos += 1
+        words_per_text[t] = n if every else kept
+    return pos
 
 
 @kernel
@@ -390,10 +442,19 @@ def shingle_one(
     keep: np.ndarray,
     rebuilt: np.ndarray,
     out: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    multipliers: np.ndarray,
+    bands: int,
+    rows: int,
+    keys: np.ndarray,
 ) -> None:
     """One text in one call (``DedupIndex.add``): :func:`words`, :func:`canonical_bytes`, with ``decorate``
     :func:`decoration_status` and (when no word is undecided) :func:`leading_candidates`, and, when the
-    bytes settled the decoration rule, :func:`kept_shingles` into ``out``.
+    bytes settled the decoration rule, :func:`kept_shingles` into ``out``; then, with ``bands`` > 0 and a
+    set written, its ``bands`` LSH band keys into ``keys[0]`` (``signature_band_keys`` of the set: its
+    signature under the permutations ``a``, ``b``, cut into bands of ``rows`` rows, ``multipliers`` the
+    :func:`rag_dedup.lsh.band_keys` constants).
 
     ``ints`` (int64, ``ONE_INFO + 3 * (len(buf) // 2 + 1)``) receives the number of words, the canonical
     span (lo, hi, and 1 if it is in ``rebuilt``), the numbers of undecided words, of line-leading
@@ -434,4 +495,9 @@ def shingle_one(
             return
     else:
         kept[:] = True
-    ints[7] = kept_shingles(buf, s, e, kept, ngram, short_lo, short_hi, c, out)
+    count = kept_shingles(buf, s, e, kept, ngram, short_lo, short_hi, c, out)
+    ints[7] = count
+    if bands > 0 and count >= 0:
+        best = np.empty(a.shape[0], dtype=np.uint32)
+        signature_row(out[:count], a, b, best)
+        band_row(best, multipliers, bands, rows, keys[0])

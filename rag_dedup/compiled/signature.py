@@ -11,6 +11,9 @@ kernels equal to it); the kernels only compute them in one pass:
   and masked to 32 bits, which is exactly the ``mod 2^32`` of the ``uint32`` reference. (No Mersenne
   reduction is involved: that is datasketch's ``legacy`` scheme, not ``affine32``.)
 * :func:`band_keys`: ``fmix64(Σ_j sig_j · K_j + band mod 2^64)`` per band of ``r`` rows.
+* :func:`signature_band_keys`: the two in one pass, a set at a time (the band keys of sets, without
+  their signatures); :func:`signature_row` and :func:`band_row` are the steps of one set, which the
+  one-text kernel :func:`rag_dedup.compiled.shingle.shingle_one` takes too.
 
 Every integer in these bodies is a ``uint64`` (numba turns ``uint64`` mixed with a plain ``int`` into a
 float), so the constants below are typed.
@@ -22,7 +25,7 @@ import numpy as np
 
 from rag_dedup.compiled import kernel
 
-__all__ = ["band_keys", "signatures"]
+__all__ = ["band_keys", "band_row", "signature_band_keys", "signature_row", "signatures"]
 
 _M32 = np.uint64(0xFFFFFFFF)
 _EMPTY = np.uint32(0xFFFFFFFF)
@@ -59,6 +62,46 @@ def fmix64(x: np.uint64) -> np.uint64:
 
 
 @kernel
+def signature_row(values: np.ndarray, a: np.ndarray, b: np.ndarray, best: np.ndarray) -> None:
+    """Write to ``best`` (uint32, ``len(a)`` entries) the signature of the one set ``values`` (see
+    :func:`signatures`); an empty set's is all ``0xFFFFFFFF``."""
+    num_perm = a.shape[0]
+    best[:] = _EMPTY
+    j, end = 0, values.shape[0]
+    # Four shingles a pass over the permutations: one load and store of best[k] for four values.
+    while j + 4 <= end:
+        h0 = np.uint32(fmix32(np.uint64(values[j])))
+        h1 = np.uint32(fmix32(np.uint64(values[j + 1])))
+        h2 = np.uint32(fmix32(np.uint64(values[j + 2])))
+        h3 = np.uint32(fmix32(np.uint64(values[j + 3])))
+        for k in range(num_perm):
+            ak, bk = a[k], b[k]
+            # Truncated to 32 bits (the mod 2^32), so the compiler multiplies in 32-bit lanes.
+            v = min(min(np.uint32(ak * h0 + bk), np.uint32(ak * h1 + bk)), min(np.uint32(ak * h2 + bk), np.uint32(ak * h3 + bk)))
+            if v < best[k]:
+                best[k] = v
+        j += 4
+    while j < end:
+        h = np.uint32(fmix32(np.uint64(values[j])))
+        for k in range(num_perm):
+            v = np.uint32(a[k] * h + b[k])
+            if v < best[k]:
+                best[k] = v
+        j += 1
+
+
+@kernel
+def band_row(sig: np.ndarray, multipliers: np.ndarray, bands: int, rows: int, out: np.ndarray) -> None:
+    """Write to ``out`` (uint64, ``bands`` entries) the band keys of the one signature ``sig`` (see
+    :func:`band_keys`)."""
+    for band in range(bands):
+        acc = np.uint64(band)
+        for j in range(band * rows, band * rows + rows):
+            acc += np.uint64(sig[j]) * multipliers[j]
+        out[band] = fmix64(acc)
+
+
+@kernel
 def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """Write to ``out`` the ``(len(offsets) - 1, len(a))`` uint32 signatures of the sets
     ``values[offsets[i]:offsets[i + 1]]`` (an array returned from a kernel costs microseconds to box).
@@ -66,43 +109,27 @@ def signatures(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nda
     ``values`` are uint32 shingle hashes, ``a`` and ``b`` the uint32 permutation parameters; an empty
     set's row is all ``0xFFFFFFFF`` (:data:`rag_dedup.minhash.EMPTY_VALUE`).
     """
-    n = offsets.shape[0] - 1
-    num_perm = a.shape[0]
-    best = np.empty(num_perm, dtype=np.uint32)
-    for i in range(n):
-        best[:] = _EMPTY
-        j, end = offsets[i], offsets[i + 1]
-        # Four shingles a pass over the permutations: one load and store of best[k] for four values.
-        while j + 4 <= end:
-            h0 = np.uint32(fmix32(np.uint64(values[j])))
-            h1 = np.uint32(fmix32(np.uint64(values[j + 1])))
-            h2 = np.uint32(fmix32(np.uint64(values[j + 2])))
-            h3 = np.uint32(fmix32(np.uint64(values[j + 3])))
-            for k in range(num_perm):
-                ak, bk = a[k], b[k]
-                # Truncated to 32 bits (the mod 2^32), so the compiler multiplies in 32-bit lanes.
-                v = min(min(np.uint32(ak * h0 + bk), np.uint32(ak * h1 + bk)), min(np.uint32(ak * h2 + bk), np.uint32(ak * h3 + bk)))
-                if v < best[k]:
-                    best[k] = v
-            j += 4
-        while j < end:
-            h = np.uint32(fmix32(np.uint64(values[j])))
-            for k in range(num_perm):
-                v = np.uint32(a[k] * h + b[k])
-                if v < best[k]:
-                    best[k] = v
-            j += 1
-        out[i] = best
+    for i in range(offsets.shape[0] - 1):
+        signature_row(values[offsets[i] : offsets[i + 1]], a, b, out[i])
 
 
 @kernel
 def band_keys(sigs: np.ndarray, multipliers: np.ndarray, b: int, r: int, out: np.ndarray) -> None:
     """Write to ``out`` the ``(n, b)`` uint64 band keys of ``(n, >= b·r)`` uint32 signatures (see
     :func:`rag_dedup.lsh.band_keys`)."""
-    n = sigs.shape[0]
-    for i in range(n):
-        for band in range(b):
-            acc = np.uint64(band)
-            for j in range(band * r, band * r + r):
-                acc += np.uint64(sigs[i, j]) * multipliers[j]
-            out[i, band] = fmix64(acc)
+    for i in range(sigs.shape[0]):
+        band_row(sigs[i], multipliers, b, r, out[i])
+
+
+@kernel
+def signature_band_keys(
+    values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, multipliers: np.ndarray, bands: int, rows: int,
+    out: np.ndarray,
+) -> None:
+    """Write to ``out`` the ``(len(offsets) - 1, bands)`` uint64 band keys of the signatures of the sets
+    ``values[offsets[i]:offsets[i + 1]]``: :func:`signatures` then :func:`band_keys`, one set at a time,
+    without the ``(sets, num_perm)`` array of signatures."""
+    best = np.empty(a.shape[0], dtype=np.uint32)
+    for i in range(offsets.shape[0] - 1):
+        signature_row(values[offsets[i] : offsets[i + 1]], a, b, best)
+        band_row(best, multipliers, bands, rows, out[i])
