@@ -1254,6 +1254,22 @@ def _stream_sets(
     if n < k:  # repeats: each distinct text shingled once, the sets laid out in input order by the kernel
         texts = list(first)
         order = np.array(which, dtype=np.int64)
+    data, buf, loads = _stream_buffer(texts, ignore_decoration)
+    rules = _stream_rules(ngram, ignore_decoration, short_tokens)
+    values, counts, pending = stream_sets(buf, loads, n, order, _NO_SETTLED, *rules)
+    if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule
+        values, counts, pending = stream_sets(buf, loads, n, order, _stream_settled(data, pending), *rules)
+    if not len(values) and (counts < 0).any():  # a text in the character-gram regime
+        return None
+    return values, counts
+
+
+def _stream_buffer(texts: Sequence[str], ignore_decoration: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The buffer the stream kernels (:func:`rag_dedup.compiled.collapse.stream_sets`,
+    :func:`~rag_dedup.compiled.collapse.collapse_stream`) read, of ``texts`` (``str``, each shingled as one
+    text): ``(data, buf, loads)``, each text's shingle form (:func:`_stream_sets`), then 0xFF, then 16
+    spaces, lower-cased once; ``buf`` its bytes, ``loads`` its 8-byte little-endian loads at every byte
+    (a view of stride 1, no copy). Raises ``UnicodeEncodeError`` for a text with a lone surrogate."""
     if all(map(str.isascii, texts)):
         data = _END.join([*map(str.encode, texts), _END_PAD]).lower()
     else:
@@ -1263,17 +1279,22 @@ def _stream_sets(
                 _END_PAD,
             ]
         ).lower()
-    buf = np.frombuffer(data, dtype=np.uint8)
-    loads = np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
-    rules = (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
-    values, counts, pending = stream_sets(buf, loads, n, order, _NO_SETTLED, *rules)
-    if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule
-        bounds = pending.tolist()
-        settled = np.array([_decoration_bytes(data[a:e]) for a, e in zip(bounds[::2], bounds[1::2])], dtype=np.bool_)
-        values, counts, pending = stream_sets(buf, loads, n, order, settled, *rules)
-    if not len(values) and (counts < 0).any():  # a text in the character-gram regime
-        return None
-    return values, counts
+    return data, np.frombuffer(data, dtype=np.uint8), np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
+
+
+def _stream_rules(ngram: int, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS) -> tuple[object, ...]:
+    """The rule arguments of the stream kernels, after the buffer, the text count, the order and the
+    settled words: ``(ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS`` and the
+    hash constants ``)``, unchecked (the callers check ``ngram`` and the rules)."""
+    return (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
+
+
+def _stream_settled(data: bytes, pending: np.ndarray) -> np.ndarray:
+    """Whether each word a stream kernel left ``pending`` (``(start, end)`` byte pairs in ``data``: words
+    of non-ASCII bytes without a solid byte) is decoration, by the reference's rule
+    (:func:`_decoration_bytes`), for the kernel's second call."""
+    bounds = pending.tolist()
+    return np.array([_decoration_bytes(data[a:e]) for a, e in zip(bounds[::2], bounds[1::2])], dtype=np.bool_)
 
 
 def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:

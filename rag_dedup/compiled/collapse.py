@@ -29,7 +29,7 @@ from rag_dedup.compiled import kernel
 from rag_dedup.compiled.shingle import sorted_unique
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
+__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "collapse_stream", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -902,3 +902,89 @@ def stream_sets(
         at += counts[t]
         laid_counts[j] = counts[t]
     return laid, laid_counts, settle
+
+
+@kernel
+def collapse_stream(
+    buf: np.ndarray,
+    loads: np.ndarray,
+    n: int,
+    settled: np.ndarray,
+    ngram: int,
+    decoration: bool,
+    short_tokens: int,
+    short_min: int,
+    short_set: int,
+    c_table: np.ndarray,
+    short_mark: np.uint64,
+    set_mark: np.uint64,
+    row_text: np.ndarray,
+    arena: np.ndarray,
+    places: np.ndarray,
+    clusters: np.ndarray,
+    trust: bool,
+    threshold: float,
+    floor: float,
+    scratch: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`stream_sets` of ``n`` distinct texts, then :func:`collapse_rows` of the rows, in one call: the
+    query-time collapse of texts not remembered, from their bytes to the decision.
+
+    ``buf``, ``loads``, ``n``, ``settled`` and the rules (``ngram`` to ``set_mark``) are :func:`stream_sets`'
+    (its ``which`` empty: the sets of the ``n`` texts in order). Row ``r`` (of ``row_text.shape[0] <= 64``)
+    has the streamed text ``row_text[r]``, or, where that is -1, the remembered set at ``places[r]`` in
+    ``arena`` (:func:`pair_counts_at`'s span); the rows are read in order (no NaN score), compared (texts
+    are compared), with ``clusters``, ``trust``, ``threshold``, ``floor`` and ``scratch`` as
+    :func:`collapse_rows` takes them.
+
+    Returns ``(values, spans, pending, kept, folds, similarity)``: the streamed texts' sets end to end
+    (:func:`stream_sets`' ``values``) and where each lies in them (``start << 32 | count``, for the shingle
+    cache; :func:`stream_sets`' ``counts`` where nothing is decided), then
+    :func:`collapse_rows`' decision. Where :func:`stream_sets` leaves the caller work (``pending`` not
+    empty, or a count of -1: a text in the character-gram regime), or a streamed text has no shingle (a
+    blank text, which the collapse passes through), nothing is decided: ``kept`` is empty.
+    """
+    values, counts, pending = stream_sets(
+        buf, loads, n, np.zeros(0, dtype=np.int64), settled, ngram, decoration, short_tokens, short_min, short_set,
+        c_table, short_mark, set_mark,
+    )
+    rows = row_text.shape[0]
+    no_kept = np.zeros(0, dtype=np.int64)
+    undecided = pending.shape[0] > 0
+    for t in range(n):
+        if counts[t] <= 0:
+            undecided = True
+    if undecided:
+        return values, counts, pending, no_kept, np.zeros((3, 0), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    new = values.shape[0]
+    remembered = 0
+    for r in range(rows):
+        if row_text[r] < 0:
+            remembered += places[r] & 0xFFFFFFFF
+    if remembered:  # the remembered sets copied after the new ones: one array for the pass
+        laid = np.empty(new + remembered, dtype=np.uint64)
+        laid[:new] = values
+    else:
+        laid = values
+    first = np.empty(n, dtype=np.int64)
+    at = 0
+    for t in range(n):
+        first[t] = at
+        at += counts[t]
+    spans = np.empty(rows, dtype=np.int64)
+    for r in range(rows):
+        t = row_text[r]
+        if t >= 0:
+            spans[r] = (first[t] << 32) | counts[t]
+        else:
+            start = places[r] >> 32
+            size = places[r] & 0xFFFFFFFF
+            laid[at : at + size] = arena[start : start + size]
+            spans[r] = (at << 32) | size
+            at += size
+    kept, folds, similarity = collapse_rows(
+        laid, counts, np.arange(rows), clusters, trust, True, threshold, floor, spans, scratch
+    )
+    for t in range(n):  # the new texts' spans in values, for the shingle cache
+        counts[t] |= first[t] << 32
+    return values, counts, pending, kept, folds, similarity
