@@ -72,6 +72,7 @@ _NO_VALUES = np.empty(0, dtype=np.uint64)
 _NO_COUNTS = np.empty(0, dtype=np.int64)
 _NO_SPANS = _NO_COUNTS  # collapse_rows: the sets lie end to end
 _ROWS = np.arange(64, dtype=np.int64)  # the rows in input order (a view of its first n)
+_NO_CLUSTERS = np.full(64, -1, dtype=np.int64)  # no row has a cluster (a view of its first n; read only)
 _NO_PLACES = np.zeros(64, dtype=np.int64)  # collapse_stream: no row's set is remembered (a view of its first n)
 # Each thread's hash-table memory for collapse_rows (compiled.collapse.new_scratch), taken for a call and
 # put back after it: a call that raises leaves none half-used behind, and none is used by two at once.
@@ -471,8 +472,11 @@ class Collapser:
             except TypeError:  # not a str: _decide's checks name it
                 return None
         clusters = list(stamps) if self.index is None else self._clusters(keys, stamps)
-        ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
-        cluster_ids = np.fromiter(map(ids.setdefault, clusters, range(n)), dtype=np.int64, count=n)
+        if clusters.count(None) == n:  # no cluster (unstamped passages)
+            cluster_ids = _NO_CLUSTERS[:n]
+        else:
+            ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
+            cluster_ids = np.fromiter(map(ids.setdefault, clusters, range(n)), dtype=np.int64, count=n)
         if complete:
             kept_rows, fold_rows, fold_similarity = _collapse_rows(
                 arena,

@@ -747,7 +747,7 @@ def stream_sets(
     # touched memory costs more than the arithmetic.
     starts = np.empty(cap, dtype=np.int32)
     ends = np.empty(cap, dtype=np.int32)
-    flags = np.zeros(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits
+    flags = np.empty(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits (each written)
     hashes = np.empty(cap, dtype=np.uint64)
     first_word = np.empty(n + 1, dtype=np.int64)
     n_odd = 0
@@ -829,7 +829,6 @@ def stream_sets(
     out = np.empty(n_words + n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
     words = np.empty(widest, dtype=np.uint64)
-    kept = np.empty(widest, dtype=np.int64)
     scratch = np.empty(widest, dtype=np.uint64)
     buckets = np.empty(2 * widest + 1, dtype=np.int64)
     c1 = c_table[1]
@@ -841,16 +840,13 @@ def stream_sets(
     grams = False
     for t in range(n):
         m = 0
-        for v in range(first_word[t], first_word[t + 1]):
-            if not flags[v] & _DROP:
-                kept[m] = v
-                m += 1
+        for v in range(first_word[t], first_word[t + 1]):  # the kept words' hashes
+            words[m] = hashes[v]
+            m += not flags[v] & _DROP
         if m == 0:  # a text of dropped words only keeps them all
             for v in range(first_word[t], first_word[t + 1]):
-                kept[m] = v
+                words[m] = hashes[v]
                 m += 1
-        for j in range(m):  # the kept words' hashes
-            words[j] = hashes[kept[j]]
         if m == 0:
             continue
         at = put
