@@ -99,11 +99,13 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     ``values[spans[i] >> 32 : (spans[i] >> 32) + (spans[i] & 0xFFFFFFFF)]`` (the shingle cache's arena,
     :meth:`~rag_dedup.similarity.TextSimilarity.remembered_sets`), so a warm query copies no set.
 
-    ``scratch``: the two hash tables' memory (:func:`new_scratch`: four regions, keys, masks, group keys,
-    group counts), reused by the caller's next call: the key regions must be all zeros and are left all
-    zeros again on return (only the slots used are cleared), the others are written before they are
-    read; so a query does not clear tables larger than its work. Too small (or empty): the tables are
-    allocated for the call."""
+    ``scratch``: the two hash tables' memory (:func:`new_scratch`: the value table, each slot's key and
+    mask side by side, in its first half, then the group keys, then the group counts), reused by the
+    caller's next call: the key slots must be all zeros and are left all zeros again on return (only the
+    slots used are cleared), the others are written before they are read; so a query does not clear
+    tables larger than its work. Too small (or empty): the tables are allocated for the call. (A key and
+    its mask share a cache line, and only the groups made are visited: a query's tables touch little
+    memory, which the Python around the call would otherwise find evicted.)"""
     n = spans.shape[0]
     total = 0
     for s in range(n):
@@ -120,13 +122,10 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     region = scratch.shape[0] // 4
     reuse = size <= region  # then the group table (at most as many slots) fits too
     if reuse:
-        table = scratch.view(np.uint64)
-        keys = table[:size]
-        masks = table[region : region + size]  # written before it is read: need not be clear
+        table = scratch[: 2 * size].view(np.uint64)  # slot i: key at 2i, mask at 2i + 1 (written before read)
     else:
-        keys = np.zeros(size, dtype=np.uint64)
-        masks = np.zeros(size, dtype=np.uint64)
-    used = np.empty(total, dtype=np.int64)
+        table = np.zeros(2 * size, dtype=np.uint64)
+    used = np.empty(total, dtype=np.int32)
     n_used = 0
     one = np.uint64(1)
     for s in range(n):
@@ -136,13 +135,13 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
             key = values[at] | one  # never 0, the empty slot (the low bits are clear)
             slot = np.int64(key >> shift)
             while True:
-                k = keys[slot]
+                k = table[2 * slot]
                 if k == key:
-                    masks[slot] |= bit
+                    table[2 * slot + 1] |= bit
                     break
                 if k == 0:
-                    keys[slot] = key
-                    masks[slot] = bit
+                    table[2 * slot] = key
+                    table[2 * slot + 1] = bit
                     used[n_used] = slot
                     n_used += 1
                     break
@@ -155,14 +154,16 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     if reuse:
         group_keys = scratch[2 * region : 2 * region + group_size].view(np.uint64)
         group_counts = scratch[3 * region : 3 * region + group_size]  # written before it is read
-        for u in range(n_used):
-            keys[used[u]] = 0  # the scratch clear again (read below only through `used`)
     else:
         group_keys = np.zeros(group_size, dtype=np.uint64)
         group_counts = np.zeros(group_size, dtype=np.int64)
+    groups = np.empty(n_used, dtype=np.int32)  # the group slots made, in the order made
+    n_groups = 0
     golden = np.uint64(0x9E3779B97F4A7C15)  # masks are not uniform: mixed by a multiply first
     for u in range(n_used):
-        m = masks[used[u]]
+        at = 2 * np.int64(used[u])
+        m = table[at + 1]
+        table[at] = 0  # the scratch clear again
         if m & (m - one) == 0:
             continue  # one set only
         slot = np.int64((m * golden) >> group_shift)
@@ -174,13 +175,14 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
             if k == 0:
                 group_keys[slot] = m
                 group_counts[slot] = 1
+                groups[n_groups] = slot
+                n_groups += 1
                 break
             slot = (slot + 1) & group_mask
     members = np.empty(64, dtype=np.int64)
-    for g in range(group_size):
+    for q in range(n_groups):
+        g = groups[q]
         m = group_keys[g]
-        if m == 0:
-            continue
         group_keys[g] = 0  # the scratch clear again
         c = group_counts[g]
         held = 0
