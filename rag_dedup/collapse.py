@@ -40,7 +40,11 @@ With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose cha
 The similarities and the greedy pass run as the compiled kernel
 :func:`rag_dedup.compiled.collapse.collapse_rows` when :data:`rag_dedup.compiled.COMPILED` (read at each
 call), texts are compared and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`,
-the reference, which the tests hold the kernel equal to, decision for decision.
+the reference, which the tests hold the kernel equal to, decision for decision. A query of 2 to 64
+passages, each with text and none with a NaN score, is decided in one kernel call: on the shingle
+cache's sets when every text is remembered (warm), else by
+:func:`rag_dedup.compiled.collapse.collapse_stream`, from the new texts' bytes to the decision, the
+remembered sets beside them (cold); the new texts' sets are remembered after it.
 
 A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
 so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
