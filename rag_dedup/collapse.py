@@ -40,7 +40,11 @@ With ``merge_overlaps``, kept windows of one document (``ref_doc_id``) whose cha
 The similarities and the greedy pass run as the compiled kernel
 :func:`rag_dedup.compiled.collapse.collapse_rows` when :data:`rag_dedup.compiled.COMPILED` (read at each
 call), texts are compared and at most 64 passages have text; otherwise as :meth:`Collapser._greedy`,
-the reference, which the tests hold the kernel equal to, decision for decision.
+the reference, which the tests hold the kernel equal to, decision for decision. A query of 2 to 64
+passages, each with text and none with a NaN score, is decided in one kernel call: on the shingle
+cache's sets when every text is remembered (warm), else by
+:func:`rag_dedup.compiled.collapse.collapse_stream`, from the new texts' bytes to the decision, the
+remembered sets beside them (cold); the new texts' sets are remembered after it.
 
 A passage whose text is ``None`` (an image: nothing to compare) passes through and keeps its place;
 so does a passage whose text is empty or whitespace, which carries no evidence and so never takes one
@@ -50,17 +54,18 @@ of the ``top_n`` places (it is returned only before the last passage that does).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from operator import eq
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import eq, is_
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.collapse import REASONS, collapse_rows, new_scratch
+from rag_dedup.compiled.collapse import REASONS, collapse_rows, collapse_stream, new_scratch
 from rag_dedup.index import DedupIndex
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
-from rag_dedup.shingles import DEFAULT_NGRAM
+from rag_dedup.shingles import _NO_SETTLED, _PIECE_BYTES, DEFAULT_NGRAM, _stream_buffer, _stream_rules, _stream_settled
 from rag_dedup.similarity import TextSimilarity
 from rag_dedup.surrogates import check_unicode
 
@@ -71,18 +76,26 @@ _NO_VALUES = np.empty(0, dtype=np.uint64)
 _NO_COUNTS = np.empty(0, dtype=np.int64)
 _NO_SPANS = _NO_COUNTS  # collapse_rows: the sets lie end to end
 _ROWS = np.arange(64, dtype=np.int64)  # the rows in input order (a view of its first n)
+_NO_CLUSTERS = np.full(64, -1, dtype=np.int64)  # no row has a cluster (a view of its first n; read only)
+_NO_PLACES = np.zeros(64, dtype=np.int64)  # collapse_stream: no row's set is remembered (a view of its first n)
 # Each thread's hash-table memory for collapse_rows (compiled.collapse.new_scratch), taken for a call and
 # put back after it: a call that raises leaves none half-used behind, and none is used by two at once.
 _local = threading.local()
+_T = TypeVar("_T")
 
 
 def _collapse_rows(*args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~rag_dedup.compiled.collapse.collapse_rows` with this thread's scratch tables."""
+    return _with_scratch(collapse_rows, args)  # type: ignore[return-value]
+
+
+def _with_scratch(kernel: Callable[..., _T], args: tuple[object, ...]) -> _T:
+    """``kernel(*args, scratch)`` with this thread's scratch tables (taken for the call, put back after it)."""
     scratch = getattr(_local, "scratch", None)
     if scratch is None:
         scratch = new_scratch()
     _local.scratch = None
-    decided = collapse_rows(*args, scratch)
+    decided = kernel(*args, scratch)
     _local.scratch = scratch
     return decided
 
@@ -372,11 +385,10 @@ class Collapser:
         if (
             compiled.COMPILED
             and 1 < n <= 64
-            and self.cache_size
             and not merging
             and (not self.trust_clusters or (self.index is None and None in stamps))
         ):
-            decided = self._decide_remembered(keys, texts_in, scores, stamps, top_n)
+            decided = self._decide_compiled(keys, texts_in, scores, stamps, top_n)
             if decided is not None:
                 return decided
         if None not in texts_in and all(texts_in) and not any(map(str.isspace, texts_in)):  # none blank
@@ -426,7 +438,7 @@ class Collapser:
             kept_pos = _first_positions(kept_pos, texts_in, top_n)
         return kept_pos, folds, clusters
 
-    def _decide_remembered(
+    def _decide_compiled(
         self,
         keys: Sequence[str],
         texts: Sequence[str | None],
@@ -434,34 +446,83 @@ class Collapser:
         stamps: Sequence[str | None],
         top_n: int | None,
     ) -> tuple[list[int], dict[int, list[_RawFold]], list[str | None]] | None:
-        """:meth:`_decide` for a warm query, by the compiled kernel on the shingle cache's arena, or ``None``
-        where it does not apply: a text not remembered, or a NaN score (then :meth:`_decide` reads it).
+        """:meth:`_decide` by one compiled kernel call, or ``None`` where it does not apply (then
+        :meth:`_decide` reads the passages): a text ``None``, blank or not a ``str``, a NaN score, texts
+        too long for one buffer or in the character-gram regime.
 
-        Every text remembered settles what :meth:`_decide` checks one by one: none is ``None`` or blank
-        (a remembered set has a shingle), none holds a lone surrogate (shingling refused it); with no
-        NaN score the pass reads the rows in input order. Called with 2 to 64 passages, the kernels on,
-        texts compared (checked, or trusted with a passage without a stamp and no index)."""
+        Every text remembered (a warm query): :func:`~rag_dedup.compiled.collapse.collapse_rows` on the
+        shingle cache's arena. Else (a cold query, or some texts new): the new texts, each distinct one once,
+        go from their bytes to their sets and, with the remembered sets, to the decision in one call of
+        :func:`~rag_dedup.compiled.collapse.collapse_stream`; their sets are then remembered. Either way it
+        settles what :meth:`_decide` checks one by one: no text is ``None`` or blank (a remembered set has a
+        shingle; a new text is tested), none holds a lone surrogate (shingling refused a remembered one; a
+        new one is checked, with :meth:`_decide`'s error); with no NaN score the pass reads the rows in
+        input order, every one of which carries evidence (``top_n``). Called with 2 to 64 passages, the
+        kernels on, texts compared (checked, or trusted with a passage without a stamp and no index)."""
+        similarity = self.similarity
+        ngram = self.ngram
         try:
-            found = self.similarity.remembered_sets(texts, self.ngram)  # type: ignore[arg-type]
+            arena, places = similarity.lookup(texts, ngram)  # type: ignore[arg-type]
         except TypeError:  # an unhashable text: _decide's checks name it
             return None
-        if found is None or not all(map(eq, scores, scores)):  # (NaN != NaN; None == None)
+        if not all(map(eq, scores, scores)):  # a NaN score (NaN != NaN; None == None)
             return None
         n = len(texts)
-        arena, places = found
+        complete = None not in places
+        if not complete:
+            try:
+                if not all(texts) or any(map(str.isspace, texts)):  # type: ignore[arg-type]
+                    return None  # some pass through (None or blank): _decide reads them by their rows
+            except TypeError:  # not a str: _decide's checks name it
+                return None
         clusters = list(stamps) if self.index is None else self._clusters(keys, stamps)
-        ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
-        kept_rows, fold_rows, fold_similarity = _collapse_rows(
-            arena,
-            _NO_COUNTS,
-            _ROWS[:n],
-            np.fromiter(map(ids.setdefault, clusters, range(n)), dtype=np.int64, count=n),
-            self.trust_clusters,
-            True,
-            self.threshold,
-            self.floor,
-            places,
-        )
+        if clusters.count(None) == n:  # no cluster (unstamped passages)
+            cluster_ids = _NO_CLUSTERS[:n]
+        else:
+            ids: dict[str | None, int] = {None: -1}  # each cluster: the row of its first passage (below n)
+            cluster_ids = np.fromiter(map(ids.setdefault, clusters, range(n)), dtype=np.int64, count=n)
+        if complete:
+            kept_rows, fold_rows, fold_similarity = _collapse_rows(
+                arena,
+                _NO_COUNTS,
+                _ROWS[:n],
+                cluster_ids,
+                self.trust_clusters,
+                True,
+                self.threshold,
+                self.floor,
+                np.fromiter(places, dtype=np.int64, count=n),
+            )
+        else:
+            first: dict[str, int] = {}  # each new distinct text's number, in first-seen order
+            if all(map(is_, places, repeat(None))):  # none remembered (a cold query)
+                row_text = [first.setdefault(t, len(first)) for t in texts]  # type: ignore[arg-type]
+                at = _NO_PLACES[:n]
+            else:
+                row_text = [-1 if p is not None else first.setdefault(t, len(first)) for t, p in zip(texts, places)]  # type: ignore[arg-type]
+                at = np.fromiter([0 if p is None else p for p in places], dtype=np.int64, count=n)
+            fresh = list(first)
+            if sum(map(len, fresh)) + len(fresh) >= _PIECE_BYTES:
+                return None
+            if not all(map(str.isascii, fresh)):  # check_unicode's own fast path, for all new texts at once
+                for i, (t, p) in enumerate(zip(texts, places)):
+                    if p is None:
+                        check_unicode(t, "the text of passage %r", keys[i])  # type: ignore[arg-type]
+            data, buf, loads = _stream_buffer(fresh, True)
+            streamed = (buf, loads, len(fresh))
+            rules = _stream_rules(ngram)
+            rows = (np.fromiter(row_text, dtype=np.int64, count=n), arena, at, cluster_ids, self.trust_clusters, self.threshold, self.floor)
+            values, spans, pending, kept_rows, fold_rows, fold_similarity = _with_scratch(
+                collapse_stream, (*streamed, _NO_SETTLED, *rules, *rows)
+            )
+            if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule
+                values, spans, pending, kept_rows, fold_rows, fold_similarity = _with_scratch(
+                    collapse_stream, (*streamed, _stream_settled(data, pending), *rules, *rows)
+                )
+            if not len(kept_rows):  # a text in the character-gram regime: _decide's path
+                return None
+            if self.cache_size:
+                similarity.remember(fresh, values, spans, ngram, self.cache_size)
         kept = kept_rows.tolist()  # rows are positions: every passage has text; each carries evidence (top_n)
         return kept[:top_n] if top_n is not None else kept, _grouped(fold_rows, fold_similarity, None), clusters
 

@@ -55,6 +55,7 @@ import functools
 from itertools import repeat
 import re
 import threading
+import unicodedata
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Literal
 
@@ -1381,26 +1382,93 @@ def _stream_sets(
     if n < k:  # repeats: each distinct text shingled once, the sets laid out in input order by the kernel
         texts = list(first)
         order = np.array(which, dtype=np.int64)
-    if all(map(str.isascii, texts)):
-        data = _END.join([*map(str.encode, texts), _END_PAD]).lower()
-    else:
-        data = _END.join(
-            [
-                *(t.encode() if t.isascii() else shingle_form(token_form(t), ignore_decoration=ignore_decoration).encode() for t in texts),
-                _END_PAD,
-            ]
-        ).lower()
-    buf = np.frombuffer(data, dtype=np.uint8)
-    loads = np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
-    rules = (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
+    data, buf, loads = _stream_buffer(texts, ignore_decoration)
+    rules = _stream_rules(ngram, ignore_decoration, short_tokens)
     values, counts, pending = stream_sets(buf, loads, n, order, _NO_SETTLED, *rules)
     if len(pending):  # words of non-ASCII punctuation and symbols: settled by the reference's rule
-        bounds = pending.tolist()
-        settled = np.array([_decoration_bytes(data[a:e]) for a, e in zip(bounds[::2], bounds[1::2])], dtype=np.bool_)
-        values, counts, pending = stream_sets(buf, loads, n, order, settled, *rules)
+        values, counts, pending = stream_sets(buf, loads, n, order, _stream_settled(data, pending), *rules)
     if not len(values) and (counts < 0).any():  # a text in the character-gram regime
         return None
     return values, counts
+
+
+def _stream_buffer(texts: Sequence[str], ignore_decoration: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The buffer the stream kernels (:func:`rag_dedup.compiled.collapse.stream_sets`,
+    :func:`~rag_dedup.compiled.collapse.collapse_stream`) read, of ``texts`` (``str``, each shingled as one
+    text): ``(data, buf, loads)``, each text's shingle form (:func:`_stream_sets`), then 0xFF, then 16
+    spaces, lower-cased once; ``buf`` its bytes, ``loads`` its 8-byte little-endian loads at every byte
+    (a view of stride 1, no copy). A non-ASCII text whose non-ASCII characters are all
+    :func:`_stream_inert` is taken as its UTF-8 bytes, as an ASCII text is: its shingle form is that text
+    lower-cased, but for ``https://``, which the kernels read as ``http://``. Raises ``UnicodeEncodeError``
+    for a text with a lone surrogate."""
+    if all(map(str.isascii, texts)):
+        data = _END.join([*map(str.encode, texts), _END_PAD]).lower()
+    else:
+        parts = []
+        for t in texts:
+            raw = t.encode()
+            if not (t.isascii() or _INERT.issuperset(raw.translate(None, _ASCII_BYTES).decode())):
+                wide = set(raw.translate(None, _ASCII_BYTES).decode())
+                if not all(map(_stream_inert, wide - _INERT)):
+                    raw = shingle_form(token_form(t), ignore_decoration=ignore_decoration).encode()
+            parts.append(raw)
+        parts.append(_END_PAD)
+        data = _END.join(parts).lower()
+    return data, np.frombuffer(data, dtype=np.uint8), np.ndarray((len(data) - 7,), dtype=_LOADS, buffer=data, strides=(1,))
+
+
+_ASCII_BYTES = bytes(range(128))
+# The non-ASCII characters found :func:`_stream_inert` so far, and those found not to be (at most
+# _INERT_MAX of each remembered: the test is then made again).
+_INERT: set[str] = set()
+_NOT_INERT: set[str] = set()
+_INERT_MAX = 1 << 12
+_JAMO_AND_HANGUL = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7FF))
+
+
+def _stream_inert(char: str) -> bool:
+    """Whether the non-ASCII character ``char`` passes through the shingle form unchanged wherever it
+    stands among ASCII characters and other such characters, so that a text of them reads as its bytes
+    (:func:`_stream_buffer`): ``token_form`` and ``shingle_form`` leave it as it is, alone and between
+    letters, and nothing around it can change it or it them: no decomposition (NFKD is itself), a
+    starter (combining class 0) that is no mark, not a jamo or Hangul syllable (which compose, or are set
+    apart in runs), not whitespace. (No canonical composition has such a character as its second one:
+    the tests check every code point.) The forms themselves decide the rest (``normalize``'s rules)."""
+    if char in _INERT:
+        return True
+    if char in _NOT_INERT:
+        return False
+    point = ord(char)
+    inert = (
+        unicodedata.normalize("NFKD", char) == char
+        and unicodedata.combining(char) == 0
+        and not unicodedata.category(char).startswith(("M", "C", "Z"))
+        and not char.isspace()
+        and not any(lo <= point <= hi for lo, hi in _JAMO_AND_HANGUL)
+        and token_form(char) == char
+        and shingle_form(char) == char
+        and token_form(f"a{char}a") == f"a{char}a"
+        and shingle_form(f"a{char}a") == f"a{char}a"
+    )
+    memo = _INERT if inert else _NOT_INERT
+    if len(memo) < _INERT_MAX:
+        memo.add(char)
+    return inert
+
+
+def _stream_rules(ngram: int, ignore_decoration: bool = True, short_tokens: int = SHORT_TOKENS) -> tuple[object, ...]:
+    """The rule arguments of the stream kernels, after the buffer, the text count, the order and the
+    settled words: ``(ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS`` and the
+    hash constants ``)``, unchecked (the callers check ``ngram`` and the rules)."""
+    return (ngram, ignore_decoration, short_tokens, SHORT_MIN_TOKENS, SHORT_SET_TOKENS, _C_NP, _SHORT_MARK_NP, _SET_MARK)
+
+
+def _stream_settled(data: bytes, pending: np.ndarray) -> np.ndarray:
+    """Whether each word a stream kernel left ``pending`` (``(start, end)`` byte pairs in ``data``: words
+    of non-ASCII bytes without a solid byte) is decoration, by the reference's rule
+    (:func:`_decoration_bytes`), for the kernel's second call."""
+    bounds = pending.tolist()
+    return np.array([_decoration_bytes(data[a:e]) for a, e in zip(bounds[::2], bounds[1::2])], dtype=np.bool_)
 
 
 def _stream_piece(texts: Sequence[str], ngram: int, ignore_decoration: bool, short_tokens: int) -> tuple[np.ndarray, np.ndarray]:

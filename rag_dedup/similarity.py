@@ -492,14 +492,45 @@ class _ShingleCache:
                     entries[text] = start << _SPAN_SHIFT | count
                     self.live += count
                 start += count
-            excess = len(self) - capacity
-            for evicted in (entries, *self.by_ngram.values()):
-                if excess <= 0:
-                    break
-                drop = list(itertools.islice(evicted, excess))  # the oldest first: dicts keep insertion order
-                for key in drop:
-                    self.live -= evicted.pop(key) & mask
-                excess -= len(drop)
+            self._evict(entries, capacity)
+
+    def put_spans(self, ngram: int, texts: Sequence[str], values: np.ndarray, spans: np.ndarray, capacity: int) -> None:
+        """:meth:`put_many` of distinct ``texts`` whose sets lie in ``values`` at ``spans`` (text i's at
+        ``spans[i] >> 32``, ``spans[i] & 0xFFFFFFFF`` of them, at least one), as
+        :func:`rag_dedup.compiled.collapse.collapse_stream` returns them: no count is summed here."""
+        total = len(values)
+        with self.lock:
+            entries = self.by_ngram.setdefault(ngram, {})
+            if self.used + total > len(self.arena):
+                self._repack(total)
+            start = self.used
+            self.arena[start : start + total] = values
+            self.used += total
+            base = start << _SPAN_SHIFT
+            if entries.keys().isdisjoint(texts):  # all new (the usual case: they were looked up missing)
+                entries.update(zip(texts, map(base.__add__, spans.tolist())))
+                self.live += total
+            else:  # put again: its place changes, not its age
+                mask = _SPAN_COUNT
+                for text, span in zip(texts, spans.tolist()):
+                    before = entries.get(text)
+                    if before is not None:
+                        self.live -= before & mask
+                    entries[text] = base + span
+                    self.live += span & mask
+            self._evict(entries, capacity)
+
+    def _evict(self, entries: dict[str, int], capacity: int) -> None:
+        """Drop the oldest entries beyond ``capacity``, of ``entries`` (the ngram just put) first. Under the lock."""
+        excess = len(self) - capacity
+        mask = _SPAN_COUNT
+        for evicted in (entries, *self.by_ngram.values()):
+            if excess <= 0:
+                break
+            drop = list(itertools.islice(evicted, excess))  # the oldest first: dicts keep insertion order
+            for key in drop:
+                self.live -= evicted.pop(key) & mask
+            excess -= len(drop)
 
     def _repack(self, extra: int) -> None:
         """A new arena with room for ``extra`` more values, the live sets packed at its start (in the
@@ -590,6 +621,23 @@ class TextSimilarity:
             return None
         arena, places = found
         return arena, np.fromiter(places, dtype=np.int64, count=len(places))
+
+    def lookup(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM) -> tuple[np.ndarray, list[int | None]]:
+        """``(arena, places)``: where the cache keeps each text's set, ``places[i]`` packed as in
+        :meth:`remembered_sets` (``None``: not remembered), read under the lock with the arena they are in.
+        Read-only: the arena is the cache's own.
+
+        Raises:
+            TypeError: A text is unhashable.
+        """
+        return self._cache.lookup(ngram, texts)
+
+    def remember(self, texts: Sequence[str], values: np.ndarray, spans: np.ndarray, ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> None:
+        """Remember the sets of the distinct ``texts`` (:meth:`sets`' form), text i's in ``values`` at
+        ``spans[i]`` (packed as :meth:`remembered_sets`' places, relative to ``values``; at least one value
+        each), as :func:`rag_dedup.compiled.collapse.collapse_stream` gives them, keeping at most
+        ``capacity`` texts (the oldest evicted first)."""
+        self._cache.put_spans(ngram, texts, values, spans, capacity)
 
     def matrix(self, texts: Sequence[str], ngram: int = DEFAULT_NGRAM, capacity: int = 4096) -> np.ndarray:
         """The exact Jaccard similarity of the shingle sets of every pair of ``texts``, ``(k, k)``.

@@ -266,7 +266,8 @@ def test_pair_counts_at_reads_sets_in_place_as_pair_counts_reads_them_end_to_end
         assert np.array_equal(pair_counts_at(np.concatenate(arena), spans, spans[:0]), pair_counts(values, counts))
         assert np.array_equal(pair_counts_at(np.concatenate(arena), spans, scratch), pair_counts(values, counts))
         region = len(scratch) // 4
-        assert not scratch[:region].any() and not scratch[2 * region : 3 * region].any()  # the key tables left clear
+        # the key slots left clear: the value table's (each key beside its mask) and the group table's
+        assert not scratch[: 2 * region : 2].any() and not scratch[2 * region : 3 * region].any()
         order = rng.permutation(n).astype(np.int64)
         clusters = rng.integers(-1, n, n).astype(np.int64)
         trust = bool(rng.integers(2))
@@ -284,7 +285,7 @@ def test_pair_counts_at_reads_sets_in_place_as_pair_counts_reads_them_end_to_end
     top_n=st.sampled_from([None, 1, 3]),
 )
 def test_a_warm_collapse_decides_as_the_reference_on_random_passages(texts, data, trust, threshold, top_n):
-    """The warm path (Collapser._decide_remembered: every text remembered, read in the cache's arena)
+    """The warm path (Collapser._decide_compiled: every text remembered, read in the cache's arena)
     against the reference, on the second call of one collapser (its first call remembers the texts)."""
     n = len(texts)
     clusters = data.draw(st.lists(st.sampled_from([None, "a", "b", "c"]), min_size=n, max_size=n))
@@ -509,3 +510,134 @@ def test_sets_of_remembered_and_new_texts_equal_the_reference(tops):
     finally:
         compiled.COMPILED = previous
     assert np.array_equal(got[1], expected[1]) and np.array_equal(got[0], expected[0])
+
+
+# --- the cold path: Collapser._decide_compiled by collapse_stream, and the inert characters --------------
+
+_INERT_SAMPLES = "“”‘’©—–«»•§¶°±×÷‰€£¥†‡′"
+
+
+def test_no_canonical_composition_has_an_inert_second_character():
+    """What _stream_inert leans on: a character it accepts never composes with the one before it (it is
+    the second character of no canonical two-character decomposition, over every code point)."""
+    import unicodedata
+
+    from rag_dedup.shingles import _stream_inert
+
+    seconds = set()
+    for point in range(0x80, 0x110000):
+        if 0xD800 <= point <= 0xDFFF:
+            continue
+        parts = unicodedata.decomposition(chr(point)).split()
+        if len(parts) == 2 and not parts[0].startswith("<"):
+            seconds.add(chr(int(parts[1], 16)))
+    assert seconds and not any(_stream_inert(c) for c in seconds if ord(c) >= 0x80)
+    assert all(_stream_inert(c) for c in _INERT_SAMPLES)
+    assert not any(_stream_inert(c) for c in "éﬁ\u0301中한\u00a0\u200bµßİ…™″")
+
+
+def test_an_inert_character_keeps_its_place_in_the_shingle_form_of_every_bmp_text_around_it():
+    """Every BMP character _stream_inert accepts, between ASCII and other inert characters, at a line's
+    start and end: token_form and shingle_form give the text lower-cased (so _stream_buffer may take its bytes)."""
+    from rag_dedup.normalize import shingle_form, token_form
+    from rag_dedup.shingles import _stream_inert
+
+    inert = [chr(p) for p in range(0x80, 0x10000) if not 0xD800 <= p <= 0xDFFF and _stream_inert(chr(p))]
+    assert len(inert) > 1000
+    for at in range(0, len(inert), 64):
+        run = "".join(inert[at : at + 64])
+        text = f"{run[0]}A{run}b {run[::-1]} 1.\n{run[-1]}Xy é"[:-2]
+        assert shingle_form(token_form(text)) == text.translate({c: c + 32 for c in range(65, 91)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(
+            st.sampled_from([*_INERT_SAMPLES, "ab", "Word", "xi", "1.", "(a)", " ", "\n", "https://", "HTTPS://", "é", "中", "\u0301", "ﬁ"]),
+            max_size=40,
+        ).map("".join),
+        min_size=1,
+        max_size=8,
+    ),
+    decoration=st.booleans(),
+)
+def test_the_sets_kernel_reads_texts_of_inert_characters_as_their_shingle_forms(texts, decoration):
+    """Texts of ASCII and inert characters (taken as their bytes), some with characters that are not
+    (taken through the forms): the kernel's sets equal the reference's."""
+    _assert_same_sets(texts, ignore_decoration=decoration)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    first=_texts,
+    second=_texts,
+    data=st.data(),
+    trust=st.booleans(),
+    threshold=st.sampled_from([0.5, 0.8, 1.0]),
+)
+def test_a_collapse_of_new_and_remembered_texts_decides_as_the_reference(first, second, data, trust, threshold):
+    """One collapser, two queries sharing texts (the second's new texts streamed beside its remembered
+    ones, collapse_stream): each decision is the reference's on a fresh collapser."""
+    later = [*second, *data.draw(st.lists(st.sampled_from(first), max_size=10))][:64]
+    clusters = data.draw(st.lists(st.sampled_from([None, "a", "b"]), min_size=len(later), max_size=len(later)))
+    rows = [[Passage(f"k{i}", t, 1.0, None) for i, t in enumerate(first)],
+            [Passage(f"k{i}", t, 2.0 - i / 100, c) for i, (t, c) in enumerate(zip(later, clusters))]]
+    collapser = Collapser(threshold, trust_clusters=trust)
+    fast = [collapser.collapse(r, 5) for r in rows]
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        slow = [Collapser(threshold, trust_clusters=trust).collapse(r, 5) for r in rows]
+    finally:
+        compiled.COMPILED = previous
+    assert fast == slow
+
+
+def test_a_cold_collapse_remembers_each_new_text_once_with_the_reference_sets(tops):
+    """The cold route (collapse_stream) decides, then puts each distinct new text's set in the cache, in
+    first-seen order: a later sets() reads them from the arena equal to the reference's; a second query
+    with some of them remembered is decided on the kernel too and remembers only its new texts."""
+    collapser = Collapser()
+    texts = [p.text for p in tops[0]]  # repeats among them
+    collapser.collapse(tops[0])
+    sim = collapser.similarity
+    assert list(sim._cache.by_ngram[5]) == list(dict.fromkeys(texts))
+    assert sim.remembered_sets(texts, 5) is not None
+    got = sim.sets(texts, 5, 4096)
+    previous = compiled.COMPILED
+    compiled.COMPILED = False
+    try:
+        expected = TextSimilarity().sets(texts, 5, 0)
+    finally:
+        compiled.COMPILED = previous
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    mixed = [*tops[1][:10], *tops[0][:10]]
+    collapser.collapse(mixed)
+    assert list(sim._cache.by_ngram[5]) == list(dict.fromkeys([*texts, *(p.text for p in tops[1][:10])]))
+    assert sim._cache.live == sum(p & 0xFFFFFFFF for p in sim._cache.by_ngram[5].values())
+
+
+def test_a_cold_collapse_falls_back_for_blank_texts_character_grams_and_nan_scores_and_refuses_surrogates():
+    """The cases collapse_stream leaves to Collapser._decide: the reference's decisions and errors."""
+    from rag_dedup.errors import InvalidTextError
+
+    long = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau"
+    cases = [
+        [Passage("a", long, 1.0), Passage("b", "   ", 0.5), Passage("c", long + " upsilon", 0.2)],
+        [Passage("a", long, 1.0), Passage("b", "one two three four", 0.5), Passage("c", long, 0.2)],
+        [Passage("a", long, float("nan")), Passage("b", long, 0.5)],
+        [Passage("a", "“" + long + "” ©", 1.0), Passage("b", long + " ©", 0.5)],
+    ]
+    for rows in cases:
+        fast = Collapser().collapse(rows)
+        previous = compiled.COMPILED
+        compiled.COMPILED = False
+        try:
+            slow = Collapser().collapse(rows)
+        finally:
+            compiled.COMPILED = previous
+        assert fast == slow
+    bad = [Passage("a", long, 1.0), Passage("b", long + " \ud800", 0.5)]
+    with pytest.raises(InvalidTextError, match="the text of passage 'b'"):
+        Collapser().collapse(bad)

@@ -29,7 +29,7 @@ from rag_dedup.compiled import kernel
 from rag_dedup.compiled.shingle import sorted_unique
 from rag_dedup.compiled.signature import fmix64
 
-__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
+__all__ = ["REASONS", "SCRATCH_VALUES", "collapse_rows", "collapse_stream", "gathered", "new_scratch", "pair_counts", "pair_counts_at", "similarity_rows", "stream_sets"]
 
 #: The fold reasons by the codes :func:`collapse_rows` returns (-1: kept).
 REASONS = ("cluster", "exact", "near")
@@ -99,11 +99,13 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     ``values[spans[i] >> 32 : (spans[i] >> 32) + (spans[i] & 0xFFFFFFFF)]`` (the shingle cache's arena,
     :meth:`~rag_dedup.similarity.TextSimilarity.remembered_sets`), so a warm query copies no set.
 
-    ``scratch``: the two hash tables' memory (:func:`new_scratch`: four regions, keys, masks, group keys,
-    group counts), reused by the caller's next call: the key regions must be all zeros and are left all
-    zeros again on return (only the slots used are cleared), the others are written before they are
-    read; so a query does not clear tables larger than its work. Too small (or empty): the tables are
-    allocated for the call."""
+    ``scratch``: the two hash tables' memory (:func:`new_scratch`: the value table, each slot's key and
+    mask side by side, in its first half, then the group keys, then the group counts), reused by the
+    caller's next call: the key slots must be all zeros and are left all zeros again on return (only the
+    slots used are cleared), the others are written before they are read; so a query does not clear
+    tables larger than its work. Too small (or empty): the tables are allocated for the call. (A key and
+    its mask share a cache line, and only the groups made are visited: a query's tables touch little
+    memory, which the Python around the call would otherwise find evicted.)"""
     n = spans.shape[0]
     total = 0
     for s in range(n):
@@ -120,13 +122,10 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     region = scratch.shape[0] // 4
     reuse = size <= region  # then the group table (at most as many slots) fits too
     if reuse:
-        table = scratch.view(np.uint64)
-        keys = table[:size]
-        masks = table[region : region + size]  # written before it is read: need not be clear
+        table = scratch[: 2 * size].view(np.uint64)  # slot i: key at 2i, mask at 2i + 1 (written before read)
     else:
-        keys = np.zeros(size, dtype=np.uint64)
-        masks = np.zeros(size, dtype=np.uint64)
-    used = np.empty(total, dtype=np.int64)
+        table = np.zeros(2 * size, dtype=np.uint64)
+    used = np.empty(total, dtype=np.int32)
     n_used = 0
     one = np.uint64(1)
     for s in range(n):
@@ -136,13 +135,13 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
             key = values[at] | one  # never 0, the empty slot (the low bits are clear)
             slot = np.int64(key >> shift)
             while True:
-                k = keys[slot]
+                k = table[2 * slot]
                 if k == key:
-                    masks[slot] |= bit
+                    table[2 * slot + 1] |= bit
                     break
                 if k == 0:
-                    keys[slot] = key
-                    masks[slot] = bit
+                    table[2 * slot] = key
+                    table[2 * slot + 1] = bit
                     used[n_used] = slot
                     n_used += 1
                     break
@@ -155,14 +154,16 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
     if reuse:
         group_keys = scratch[2 * region : 2 * region + group_size].view(np.uint64)
         group_counts = scratch[3 * region : 3 * region + group_size]  # written before it is read
-        for u in range(n_used):
-            keys[used[u]] = 0  # the scratch clear again (read below only through `used`)
     else:
         group_keys = np.zeros(group_size, dtype=np.uint64)
         group_counts = np.zeros(group_size, dtype=np.int64)
+    groups = np.empty(n_used, dtype=np.int32)  # the group slots made, in the order made
+    n_groups = 0
     golden = np.uint64(0x9E3779B97F4A7C15)  # masks are not uniform: mixed by a multiply first
     for u in range(n_used):
-        m = masks[used[u]]
+        at = 2 * np.int64(used[u])
+        m = table[at + 1]
+        table[at] = 0  # the scratch clear again
         if m & (m - one) == 0:
             continue  # one set only
         slot = np.int64((m * golden) >> group_shift)
@@ -174,13 +175,14 @@ def pair_counts_at(values: np.ndarray, spans: np.ndarray, scratch: np.ndarray) -
             if k == 0:
                 group_keys[slot] = m
                 group_counts[slot] = 1
+                groups[n_groups] = slot
+                n_groups += 1
                 break
             slot = (slot + 1) & group_mask
     members = np.empty(64, dtype=np.int64)
-    for g in range(group_size):
+    for q in range(n_groups):
+        g = groups[q]
         m = group_keys[g]
-        if m == 0:
-            continue
         group_keys[g] = 0  # the scratch clear again
         c = group_counts[g]
         held = 0
@@ -747,7 +749,7 @@ def stream_sets(
     # touched memory costs more than the arithmetic.
     starts = np.empty(cap, dtype=np.int32)
     ends = np.empty(cap, dtype=np.int32)
-    flags = np.zeros(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits
+    flags = np.empty(cap, dtype=np.uint8)  # per word: _LINE_FIRST, _DROP, _HTTPS_IN, _ODD bits (each written)
     hashes = np.empty(cap, dtype=np.uint64)
     first_word = np.empty(n + 1, dtype=np.int64)
     n_odd = 0
@@ -829,7 +831,6 @@ def stream_sets(
     out = np.empty(n_words + n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
     words = np.empty(widest, dtype=np.uint64)
-    kept = np.empty(widest, dtype=np.int64)
     scratch = np.empty(widest, dtype=np.uint64)
     buckets = np.empty(2 * widest + 1, dtype=np.int64)
     c1 = c_table[1]
@@ -841,16 +842,13 @@ def stream_sets(
     grams = False
     for t in range(n):
         m = 0
-        for v in range(first_word[t], first_word[t + 1]):
-            if not flags[v] & _DROP:
-                kept[m] = v
-                m += 1
+        for v in range(first_word[t], first_word[t + 1]):  # the kept words' hashes
+            words[m] = hashes[v]
+            m += not flags[v] & _DROP
         if m == 0:  # a text of dropped words only keeps them all
             for v in range(first_word[t], first_word[t + 1]):
-                kept[m] = v
+                words[m] = hashes[v]
                 m += 1
-        for j in range(m):  # the kept words' hashes
-            words[j] = hashes[kept[j]]
         if m == 0:
             continue
         at = put
@@ -902,3 +900,89 @@ def stream_sets(
         at += counts[t]
         laid_counts[j] = counts[t]
     return laid, laid_counts, settle
+
+
+@kernel
+def collapse_stream(
+    buf: np.ndarray,
+    loads: np.ndarray,
+    n: int,
+    settled: np.ndarray,
+    ngram: int,
+    decoration: bool,
+    short_tokens: int,
+    short_min: int,
+    short_set: int,
+    c_table: np.ndarray,
+    short_mark: np.uint64,
+    set_mark: np.uint64,
+    row_text: np.ndarray,
+    arena: np.ndarray,
+    places: np.ndarray,
+    clusters: np.ndarray,
+    trust: bool,
+    threshold: float,
+    floor: float,
+    scratch: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`stream_sets` of ``n`` distinct texts, then :func:`collapse_rows` of the rows, in one call: the
+    query-time collapse of texts not remembered, from their bytes to the decision.
+
+    ``buf``, ``loads``, ``n``, ``settled`` and the rules (``ngram`` to ``set_mark``) are :func:`stream_sets`'
+    (its ``which`` empty: the sets of the ``n`` texts in order). Row ``r`` (of ``row_text.shape[0] <= 64``)
+    has the streamed text ``row_text[r]``, or, where that is -1, the remembered set at ``places[r]`` in
+    ``arena`` (:func:`pair_counts_at`'s span); the rows are read in order (no NaN score), compared (texts
+    are compared), with ``clusters``, ``trust``, ``threshold``, ``floor`` and ``scratch`` as
+    :func:`collapse_rows` takes them.
+
+    Returns ``(values, spans, pending, kept, folds, similarity)``: the streamed texts' sets end to end
+    (:func:`stream_sets`' ``values``) and where each lies in them (``start << 32 | count``, for the shingle
+    cache; :func:`stream_sets`' ``counts`` where nothing is decided), then
+    :func:`collapse_rows`' decision. Where :func:`stream_sets` leaves the caller work (``pending`` not
+    empty, or a count of -1: a text in the character-gram regime), or a streamed text has no shingle (a
+    blank text, which the collapse passes through), nothing is decided: ``kept`` is empty.
+    """
+    values, counts, pending = stream_sets(
+        buf, loads, n, np.zeros(0, dtype=np.int64), settled, ngram, decoration, short_tokens, short_min, short_set,
+        c_table, short_mark, set_mark,
+    )
+    rows = row_text.shape[0]
+    no_kept = np.zeros(0, dtype=np.int64)
+    undecided = pending.shape[0] > 0
+    for t in range(n):
+        if counts[t] <= 0:
+            undecided = True
+    if undecided:
+        return values, counts, pending, no_kept, np.zeros((3, 0), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    new = values.shape[0]
+    remembered = 0
+    for r in range(rows):
+        if row_text[r] < 0:
+            remembered += places[r] & 0xFFFFFFFF
+    if remembered:  # the remembered sets copied after the new ones: one array for the pass
+        laid = np.empty(new + remembered, dtype=np.uint64)
+        laid[:new] = values
+    else:
+        laid = values
+    first = np.empty(n, dtype=np.int64)
+    at = 0
+    for t in range(n):
+        first[t] = at
+        at += counts[t]
+    spans = np.empty(rows, dtype=np.int64)
+    for r in range(rows):
+        t = row_text[r]
+        if t >= 0:
+            spans[r] = (first[t] << 32) | counts[t]
+        else:
+            start = places[r] >> 32
+            size = places[r] & 0xFFFFFFFF
+            laid[at : at + size] = arena[start : start + size]
+            spans[r] = (at << 32) | size
+            at += size
+    kept, folds, similarity = collapse_rows(
+        laid, counts, np.arange(rows), clusters, trust, True, threshold, floor, spans, scratch
+    )
+    for t in range(n):  # the new texts' spans in values, for the shingle cache
+        counts[t] |= first[t] << 32
+    return values, counts, pending, kept, folds, similarity

@@ -282,7 +282,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
 
     def clear_cache(self) -> None:
         """Forget the remembered shingles (results never depend on them; only the time does)."""
-        self._similarity.clear()
+        private(self, "_similarity").clear()
 
     def _show_representative(
         self, shown: NodeWithScore, kept: Kept, nodes: Sequence[NodeWithScore], folded: list[dict[str, Any]]
