@@ -332,6 +332,50 @@ class BandTable:
             found -= self._dead
         return found
 
+    def query_then_file_row(self, keys: np.ndarray, gid: int) -> set[int]:
+        """:meth:`query_row` of ``keys`` (one new group's band keys: a 1-D uint64 array), then :meth:`insert`
+        of group ``gid`` (new: never filed before) under every key, in one pass over the buffer.
+
+        The same answer and the same table after as the two calls (held by a test): each key is asked of
+        the buffer once, and filed under the slot it was just asked at (still in the CPU cache, where
+        ``query_row`` then ``insert`` look every key up twice more in a dict of up to 16,384 entries
+        far larger than the cache). Returns the groups filed under any of ``keys`` before ``gid``.
+        """
+        if keys.size >= self._DIRECT_LIMIT:  # a row too wide for the buffer: straight into the runs
+            found = self.query_row(keys)
+            self.insert((gid,), keys.reshape(1, -1))
+            return found
+        values = keys.tolist()
+        if compiled.COMPILED:
+            found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, self._levels())[1].tolist())
+        else:
+            found = self._search_row(values)
+        buffer = self._buffer
+        get = buffer.get
+        repeated = False
+        for value in values:
+            gs = get(value)
+            if gs is None:
+                buffer[value] = gid
+            elif type(gs) is int:
+                found.add(gs)
+                buffer[value] = (gs, gid)
+                repeated = repeated or gs == gid
+            else:
+                found.update(gs)  # type: ignore[arg-type]
+                buffer[value] = (*gs, gid)  # type: ignore[misc]
+                repeated = True
+        if repeated:  # a key twice in the row found gid itself, which query_row does not
+            found.discard(gid)
+        self._buffer_keys.extend(values)
+        self._buffer_gids.extend([gid] * len(values))
+        self._buffered += len(values)
+        if self._buffered >= self._BUFFER_LIMIT:
+            self._flush_buffer()
+        if self._dead:
+            found -= self._dead
+        return found
+
     def _search_row(self, values: list[int]) -> set[int]:
         """The groups of the runs' entries under any of ``values`` (Python ints), in plain Python: the
         reference of :func:`~rag_dedup.compiled.index.band_lookup` for one row."""
@@ -578,6 +622,27 @@ class MemoryStorage(Bookkeeping):
         self._digest_to_gid[digest] = gid
         self._bands.insert((gid,), np.asarray(band_keys, dtype=np.uint64).reshape(1, -1))
         return [gid]
+
+    def add_new_item(
+        self, key: str, record: ItemRecord, digest: bytes, shingles: np.ndarray, band_keys: np.ndarray
+    ) -> tuple[ItemRecord, set[int]] | None:
+        """:meth:`Storage.add_new_item <rag_dedup.storage.base.Storage.add_new_item>` in one pass: two
+        dict probes, then the band lookup and the filing of the new group's entries in one pass over the
+        band table's buffer (:meth:`BandTable.query_then_file_row`), the group's columns and the item."""
+        if key in self._items or digest in self._digest_to_gid:
+            return None
+        gid = len(self._shingles)
+        digest = bytes(digest)
+        candidates = self._bands.query_then_file_row(band_keys.reshape(-1), gid)
+        self._digests.append(digest)
+        self._shingles.append(np.asarray(shingles).astype(np.uint32, copy=False).tobytes())
+        self._group_items.append(key)  # a group of one item: its key, bare
+        self._digest_to_gid[digest] = gid
+        stored: ItemRecord = tuple.__new__(ItemRecord, (gid, record[1], record[2], record[3], record[4]))
+        self._items[key] = stored
+        if stored.source is not None:
+            self._add(_SOURCES, ((stored.source, key),))
+        return stored, candidates
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
