@@ -60,7 +60,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import compiled, lsh, settings
-from rag_dedup.clusters import Family, UnionFind, cluster_component
+from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component
 from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
@@ -399,17 +399,22 @@ class DedupIndex:
             known: dict[int, np.ndarray] = {gid: shingles}  # the new group's shingles and those of the groups it links
             linked: list[int] = []
             threshold = self.threshold
+            edge = 0.0
             for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
                 if sim >= threshold:
                     linked.append(g)
                     known[g] = sh
+                    edge = sim
             if not linked:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
             # Its edges join the new group and the stored components of the groups it links into one
             # component: what _link_and_recluster makes of them, without its general machinery.
             comp = {gid}.union(*storage.component_members(linked))
             storage.set_components([comp])
-            keys, clusters = self._cluster_component(sorted(comp), known)
+            if len(comp) == 2 and compiled.COMPILED:  # a text and its one stored near-duplicate (most near-duplicates)
+                keys, clusters = self._cluster_pair(*sorted((linked[0], gid)), edge)
+            else:
+                keys, clusters = self._cluster_component(sorted(comp), known)
             self._store_clusters(keys, clusters, previous)
             return _new_group_match(key, clusters, previous)
 
@@ -1000,6 +1005,25 @@ class DedupIndex:
             fresh = [g for g in gids if g not in family.index]
             family.add(fresh, [shingles[g] for g in fresh])
         return keys, cluster_component(members, shingles, self.drift_floor, self.policy, family)
+
+    def _cluster_pair(self, a: int, b: int, sim: float) -> tuple[list[str], list[ClusterEntry]]:
+        """:meth:`_cluster_component` of a component of two groups ``a < b`` whose Jaccard ``sim`` was just
+        verified, on the compiled path: :func:`~rag_dedup.clusters._cluster_two` (where
+        :func:`~rag_dedup.clusters.cluster_component` takes a component of two groups, after counting
+        their Jaccard again: the same integers, so the same float), with the members it would pass."""
+        storage = self.storage
+        keys = [k for ks in storage.group_items([a, b]) for k in ks]
+        members = []
+        for key, rec in zip(keys, storage.get_items(keys)):
+            if rec is None:
+                raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
+            members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+        items: dict[int, list[Member]] = {a: [], b: []}
+        group_of: dict[str, int] = {}
+        for m, g in sorted(members, key=lambda mg: mg[0].key):
+            items[g].append(m)
+            group_of[m.key] = g
+        return keys, _cluster_two(items, group_of, a, b, sim, self.drift_floor, self.policy)
 
     def _family(self, gids: Sequence[int]) -> Family | None:
         """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.

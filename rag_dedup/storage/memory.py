@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -622,6 +622,21 @@ class MemoryStorage(Bookkeeping):
     def get_clusters(self, keys: Sequence[str]) -> list[tuple[str, float] | None]:
         get = self._cluster_of.get
         return [get(k) for k in keys]
+
+    def set_clusters(self, keys: Collection[str], clusters: Sequence[ClusterEntry]) -> None:
+        """The :class:`Bookkeeping` rule (old entries of ``keys`` and their representatives' lists dropped,
+        then the new lists and entries written, in that order) straight over this store's two dicts."""
+        cluster_of, lists = self._cluster_of, self._clusters
+        pop = cluster_of.pop
+        for old in [pop(k, None) for k in keys]:
+            if old is not None:
+                lists.pop(old[0], None)
+        for rep, members in clusters:
+            if len(members) < 2:
+                continue
+            lists[rep] = list(members)
+            for key, sim in members:
+                cluster_of[key] = (rep, sim)
 
     def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
         if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:

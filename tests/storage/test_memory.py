@@ -193,3 +193,29 @@ def test_one_new_item_equals_the_calls_it_stands_for(ops) -> None:
     gids = list(range(len(a.digests)))
     assert fast.group_items(gids) == general.group_items(gids)
     assert fast.keys_of_source("a") == general.keys_of_source("a")
+
+
+_KEY = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(_KEY, max_size=4),
+            st.lists(st.tuples(_KEY, st.lists(st.tuples(_KEY, st.floats(0, 1)), max_size=4)), max_size=3),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_set_clusters_equals_the_general_rule(calls) -> None:
+    """``MemoryStorage.set_clusters`` (straight over its dicts) leaves what the :class:`Bookkeeping` rule
+    leaves, in the same insertion order (what ``iter_clusters`` and a saved index list): old entries
+    and lists dropped, clusters of one not stored, a key in two clusters, keys given twice."""
+    fast, general = MemoryStorage(), MemoryStorage()
+    for keys, clusters in calls:
+        fast.set_clusters(keys, clusters)
+        Bookkeeping.set_clusters(general, keys, clusters)
+        assert list(fast._cluster_of.items()) == list(general._cluster_of.items())
+        assert list(fast._clusters.items()) == list(general._clusters.items())
