@@ -6,8 +6,6 @@
   :func:`~rag_dedup.clusters.cluster_component` (``_cluster_few``) against the numpy reference
   (``compiled.COMPILED = False``);
 * :meth:`BandTable.query_row <rag_dedup.storage.memory.BandTable.query_row>` against the array lookup;
-* the band table's sort and merge of entries (:func:`~rag_dedup.compiled.index.sort_entries`,
-  :func:`~rag_dedup.compiled.index.merge_entries`) against numpy's stable argsort and ``memory._merge``;
 * ``add`` one at a time on each kernel path against ``add_many``, with every branch of ``_add_one``
   (a new group alone, a new group with candidates, an exact copy, an empty text, a re-add).
 """
@@ -25,10 +23,10 @@ from tests.oracles import batch_path
 
 from rag_dedup import DedupIndex, compiled
 from rag_dedup.clusters import _DENSE_MAX, _cluster_few, _Dense, cluster_component
-from rag_dedup.compiled.index import intersection_matrix, merge_entries, pack, pair_intersections, pair_jaccard, sort_entries
+from rag_dedup.compiled.index import intersection_matrix, pack, pair_intersections, pair_jaccard
 from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.similarity import jaccard_many, jaccard_pairs
-from rag_dedup.storage.memory import BandTable, _merge
+from rag_dedup.storage.memory import BandTable
 
 # Sets drawn from a small universe (so that they overlap), empty ones included.
 _SETS = st.lists(
@@ -210,31 +208,3 @@ def test_add_returns_what_matches_says_after_it(picks: list[tuple[int, int]], rn
             (expected,) = reference.add_many([(key, text)])
         assert got == expected
         assert got._replace(displaced=None) == index.match(key)
-
-
-# Band keys of any width (small ones: bytes of the key alike, so radix passes are skipped), repeated.
-_KEYS = st.lists(st.sampled_from([0, 1, 255, 256, 2**32 + 7, 2**63, 2**64 - 1]) | st.integers(0, 2**64 - 1), max_size=80)
-
-
-@settings(max_examples=200, deadline=None)
-@given(_KEYS, _KEYS, st.integers(0, 2**31 - 1))
-def test_band_entry_sort_and_merge_kernels_equal_numpy(a: list[int], b: list[int], seed: int) -> None:
-    """``sort_entries`` (the band table's radix sort) gives numpy's stable argsort and gather value for
-    value (equal keys keep their order: their group ids show it), and ``merge_entries`` gives the numpy
-    ``_merge`` (``a``'s entries first under equal keys), empty tables and repeated keys included."""
-    rng = np.random.default_rng(seed)
-    keys = np.array(a + b, dtype=np.uint64)
-    gids = rng.integers(0, 2**31 - 1, size=len(keys), dtype=np.int64).astype(np.int32)
-    order = np.argsort(keys, kind="stable")
-    got_keys, got_gids = sort_entries(keys, gids)
-    assert got_keys.dtype == np.uint64 and got_gids.dtype == np.int32
-    assert got_keys.tolist() == keys[order].tolist() and got_gids.tolist() == gids[order].tolist()
-    ak, bk = np.sort(np.array(a, dtype=np.uint64)), np.sort(np.array(b, dtype=np.uint64))
-    ag, bg = gids[: len(a)], gids[len(a) :]
-    compiled.COMPILED = False
-    try:
-        ref_keys, ref_gids = _merge(ak, ag, bk, bg)
-    finally:
-        compiled.COMPILED = True
-    for got in (merge_entries(ak, ag, bk, bg), _merge(ak, ag, bk, bg)):
-        assert got[0].tolist() == ref_keys.tolist() and got[1].tolist() == ref_gids.tolist()

@@ -39,7 +39,7 @@ except ImportError:  # no numba: the kernels are plain Python (rag_dedup.compile
     def intrinsic(function):  # type: ignore[no-untyped-def]
         return function
 
-__all__ = ["band_lookup", "intersection_matrix", "merge_entries", "pack", "pair_intersections", "pair_jaccard", "sort_entries"]
+__all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
 
 
 @kernel
@@ -165,68 +165,6 @@ def band_lookup(keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.
                     gids[at] = owners[j]
                     at += 1
     return rows, gids
-
-
-@kernel
-def sort_entries(keys: np.ndarray, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Band-table entries (uint64 ``keys``, int32 ``gids``) sorted by key, stably (equal keys keep their
-    order): what ``np.argsort(keys, kind="stable")`` and a gather of both give (the reference, in
-    :meth:`BandTable._add <rag_dedup.storage.memory.BandTable._add>`), as new arrays.
-
-    An LSD radix sort on the eight bytes of the key: one pass counts every byte's histogram, then one
-    stable scatter per byte, skipped where every key has the same byte. O(n): sorting the 16,384
-    entries of a buffer flush this way costs a third of numpy's stable argsort and the gathers.
-    """
-    n = len(keys)
-    counts = np.zeros((8, 257), dtype=np.int64)
-    for i in range(n):
-        key = keys[i]
-        for p in range(8):
-            counts[p, ((key >> np.uint64(8 * p)) & np.uint64(255)) + 1] += 1
-    src_keys = keys.copy()
-    src_gids = gids.copy()
-    dst_keys = np.empty_like(keys)
-    dst_gids = np.empty_like(gids)
-    for p in range(8):
-        at = counts[p]
-        if at[1:].max() == n:  # every key has this byte: the pass would move nothing
-            continue
-        for d in range(256):
-            at[d + 1] += at[d]
-        shift = np.uint64(8 * p)
-        for i in range(n):
-            key = src_keys[i]
-            d = (key >> shift) & np.uint64(255)
-            j = at[d]
-            dst_keys[j] = key
-            dst_gids[j] = src_gids[i]
-            at[d] = j + 1
-        src_keys, dst_keys = dst_keys, src_keys
-        src_gids, dst_gids = dst_gids, src_gids
-    return src_keys, src_gids
-
-
-@kernel
-def merge_entries(a_keys: np.ndarray, a_gids: np.ndarray, b_keys: np.ndarray, b_gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two key-sorted tables of band-table entries merged into one, ``a``'s entries before ``b``'s
-    under equal keys: the reference :func:`rag_dedup.storage.memory._merge` (numpy: a binary search of
-    each of ``b`` in ``a`` and four scatters), as one linear pass. New arrays."""
-    na = len(a_keys)
-    nb = len(b_keys)
-    keys = np.empty(na + nb, dtype=a_keys.dtype)
-    gids = np.empty(na + nb, dtype=a_gids.dtype)
-    i = 0
-    j = 0
-    for at in range(na + nb):
-        if j == nb or (i < na and a_keys[i] <= b_keys[j]):
-            keys[at] = a_keys[i]
-            gids[at] = a_gids[i]
-            i += 1
-        else:
-            keys[at] = b_keys[j]
-            gids[at] = b_gids[j]
-            j += 1
-    return keys, gids
 
 
 def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]:

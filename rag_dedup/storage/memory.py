@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import band_lookup, merge_entries, sort_entries
+from rag_dedup.compiled.index import band_lookup
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
@@ -443,7 +443,8 @@ class BandTable:
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
         self._typed = None
-        keys, gids = _sorted(keys, gids)
+        order = np.argsort(keys, kind="stable")
+        keys, gids = keys[order], gids[order]
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
         for shard, run in enumerate(self._runs):
             lo, hi = bounds[shard], bounds[shard + 1]
@@ -489,23 +490,10 @@ _SHARDS = np.arange(17, dtype=np.uint64)
 _BITS = np.array([1 << i for i in range(8)], dtype=np.uint8)
 
 
-def _sorted(keys: np.ndarray, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Entries (uint64 keys, int32 gids) sorted by key, stably: the compiled radix sort
-    (:func:`~rag_dedup.compiled.index.sort_entries`), or numpy's stable argsort (the reference)."""
-    if compiled.COMPILED:
-        return sort_entries(_kernel_array(keys, np.uint64), _kernel_array(gids, np.int32))  # type: ignore[no-any-return]
-    order = np.argsort(keys, kind="stable")
-    return keys[order], gids[order]
-
-
 def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge two key-sorted tables into one, ``a``'s entries first under equal keys (O(len(a) + len(b))
-    with one new array each): one pass of the compiled :func:`~rag_dedup.compiled.index.merge_entries`,
-    or (the reference) numpy below."""
+    """Merge two key-sorted tables into one (O(len(a) + len(b)) with one new array each)."""
     if len(ak) == 0:
         return bk, bg
-    if compiled.COMPILED and len(bk):
-        return merge_entries(ak, ag, _kernel_array(bk, np.uint64), _kernel_array(bg, np.int32))  # type: ignore[no-any-return]
     # b's entries land after the equal keys of a, in their order: entry i of b at position pos_i + i.
     at = np.searchsorted(ak, bk, side="right")
     at += np.arange(len(bk))
