@@ -90,7 +90,7 @@ def _table_with_every_level() -> tuple[BandTable, np.ndarray]:
 @pytest.mark.parametrize("rows", [pytest.param(1, id="one-row"), pytest.param(3, id="three-rows"), pytest.param(7, id="seven-rows")])
 def test_small_band_query_equals_the_bulk_query(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     table, keys = _table_with_every_level()
-    assert table._buffer and any(len(r.young_keys) for r in table._runs)  # every level is exercised
+    assert table._buffered and any(len(r.young_keys) for r in table._runs)  # every level is exercised
     queries = [keys[lo : lo + rows] for lo in random.Random(rows).sample(range(0, 2710 - rows), 150)]
     assert rows * keys.shape[1] <= BandTable._SMALL_QUERY
     small = [table.query_pairs(q) for q in queries]
