@@ -39,7 +39,7 @@ except ImportError:  # no numba: the kernels are plain Python (rag_dedup.compile
     def intrinsic(function):  # type: ignore[no-untyped-def]
         return function
 
-__all__ = ["band_lookup", "buffer_file", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
+__all__ = ["band_lookup", "buffer_file", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard", "row_lookup_file"]
 
 
 @kernel
@@ -219,6 +219,20 @@ def buffer_file(
             order[count + i, 0] = key
             order[count + i, 1] = own - np.uint64(1)
     return rows[:at], found[:at]
+
+
+@kernel
+def row_lookup_file(
+    keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.ndarray, slots: np.ndarray, order: np.ndarray, count: int, gid: int
+) -> np.ndarray:
+    """One new group's row in one call (``BandTable.query_then_file_row``): :func:`band_lookup` of ``keys``
+    in the runs, then :func:`buffer_file` of them in the buffer, filed under ``gid``. Returns the group
+    ids found, the runs' first (int64, one array: each array a kernel returns costs its boxing)."""
+    in_runs = band_lookup(keys, bits, mask, levels)[1]
+    gids = np.empty(1, dtype=np.int64)
+    gids[0] = gid
+    in_buffer = buffer_file(keys, slots, order, count, gids, len(keys), True)[1]
+    return np.concatenate((in_runs, in_buffer))
 
 
 def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import _GOLDEN, band_lookup, buffer_file
+from rag_dedup.compiled.index import _GOLDEN, band_lookup, buffer_file, row_lookup_file
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
@@ -181,12 +181,7 @@ class BandTable:
         """:func:`~rag_dedup.compiled.index.buffer_file` over this table's buffer (allocated here when it has
         none), or its reference below; ``_buffered`` counts the entries filed. Returns what it found."""
         if len(gids) and self._slots is None:
-            capacity = self._BUFFER_LIMIT + self._DIRECT_LIMIT  # a flush comes before more than this
-            size = 1
-            while size < 2 * capacity:
-                size *= 2
-            self._slots = np.zeros((size, 2), dtype=np.uint64)
-            self._order = np.zeros((capacity, 2), dtype=np.uint64)
+            self._allocate_buffer()
         if self._slots is None:  # nothing buffered, nothing filed
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         if compiled.COMPILED:
@@ -196,6 +191,15 @@ class BandTable:
         if len(gids):
             self._buffered += len(keys)
         return found  # type: ignore[no-any-return]
+
+    def _allocate_buffer(self) -> None:
+        """The buffer's arrays, empty: at most half full at its capacity (a flush comes before more)."""
+        capacity = self._BUFFER_LIMIT + self._DIRECT_LIMIT
+        size = 1
+        while size < 2 * capacity:
+            size *= 2
+        self._slots = np.zeros((size, 2), dtype=np.uint64)
+        self._order = np.zeros((capacity, 2), dtype=np.uint64)
 
     def _buffer_file_reference(self, keys: list[int], gids: list[int], width: int, find: bool) -> tuple[np.ndarray, np.ndarray]:
         """The reference of :func:`~rag_dedup.compiled.index.buffer_file`, in Python over the same arrays
@@ -350,19 +354,25 @@ class BandTable:
 
         The same answer and the same table after as the two calls (held by a test): each key is
         probed in the buffer once, and filed at the end of the probe sequence just walked (still in
-        the CPU cache), in one call of :func:`~rag_dedup.compiled.index.buffer_file`. Returns the
-        groups filed under any of ``keys`` before ``gid``.
+        the CPU cache); on the compiled path the runs and the buffer in one kernel call
+        (:func:`~rag_dedup.compiled.index.row_lookup_file`). Returns the groups filed under any of
+        ``keys`` before ``gid``.
         """
         if keys.size >= self._DIRECT_LIMIT:  # a row too wide for the buffer: straight into the runs
             found = self.query_row(keys)
             self.insert((gid,), keys.reshape(1, -1))
             return found
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        if self._slots is None:
+            self._allocate_buffer()
         if compiled.COMPILED:
-            found = set(band_lookup(keys, self._filter, self._filter_mask, self._levels())[1].tolist())
+            found = set(
+                row_lookup_file(keys, self._filter, self._filter_mask, self._levels(), self._slots, self._order, self._buffered, gid).tolist()
+            )
+            self._buffered += len(keys)
         else:
             found = self._search_row(keys.tolist())
-        found.update(self._buffer_file(keys, np.array((gid,), dtype=np.int64), len(keys), True)[1].tolist())
+            found.update(self._buffer_file(keys, np.array((gid,), dtype=np.int64), len(keys), True)[1].tolist())
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
         if self._dead:
