@@ -160,10 +160,14 @@ SPLIT_STAGES = [
     ("bucket lookup", "index", "_buckets"),
     ("bucket lookup", "storage", "query_bands"),  # add()'s one row (DedupIndex._add_one)
     ("creating the group", "storage", "create_groups"),
+    # add()'s one storage call for a new key with a new text (Storage.add_new_item): its bucket lookup,
+    # the new group and its band entries, and its item record together (a tree without it: the three above)
+    ("lookup, group and item record in one call", "storage", "add_new_item"),
     ("item records", "storage", "put_items"),
     ("verification and reclustering", "index", "_jaccard_to"),  # add()'s candidates, verified at once
     ("verification and reclustering", "DedupIndex", "_link_and_recluster"),
     ("verification and reclustering", "DedupIndex", "_cluster_component"),  # add()'s near-duplicates (_place_one)
+    ("verification and reclustering", "DedupIndex", "_cluster_pair"),  # add()'s near-duplicate of one group
     ("verification and reclustering", "DedupIndex", "_store_clusters"),
     ("the returned Match", "DedupIndex", "_matches"),
 ]

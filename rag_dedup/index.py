@@ -60,7 +60,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import compiled, lsh, settings
-from rag_dedup.clusters import Family, UnionFind, cluster_component
+from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component
 from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
@@ -369,67 +369,83 @@ class DedupIndex:
     ) -> Match | None:
         """Store one hashed item (its canonical text not empty; ``band_keys`` its ``(1, b)`` row) and place it.
 
-        Its one row of band keys is looked up with :meth:`~rag_dedup.storage.base.Storage.query_bands`
-        (for a memory store, :meth:`~rag_dedup.storage.memory.BandTable.query_row`: one kernel call);
-        its candidates (every stored group that shares a band with it: for a single new group, the
-        pairs to verify are those with each of them, whatever bands they share) are verified here at
-        once: those at or above the threshold are its edges, which join it and their stored components
-        into one component, reclustered here (what :meth:`_link_and_recluster` makes of them).
+        A new key with a new canonical text (most items) is stored in one storage call,
+        :meth:`~rag_dedup.storage.base.Storage.add_new_item`: its new group filed and its candidates
+        (every stored group that shares a band with it, asked before it was filed) returned; in memory
+        the band lookup (:func:`~rag_dedup.compiled.index.band_lookup`, one kernel call) and the filing
+        are one pass over the band table's buffer. For a single new group the pairs to verify are those
+        with each candidate, whatever bands they share: they are verified here at once, and those at or
+        above the threshold are its edges, which join it and their stored components into one
+        component, reclustered here (what :meth:`_link_and_recluster` makes of them).
         A new group with none (no bucket shared, or only false candidates) is a cluster of its own:
         its :class:`Match` is returned at once, without reading the store again; a new group with
         edges gets its :class:`Match` from the clusters just stored (:func:`_new_group_match`).
-        Otherwise (an exact copy of a stored text, an empty text, a key already in the index: the
-        batch way, a retried add is a no-op, else an error; a new group with more than
-        ``_FEW_CANDIDATES`` candidates: its candidates handed to :meth:`_link_and_recluster` as one bucket,
-        whose :meth:`_link` probes each stored component once) returns None.
+        Otherwise (an exact copy of a stored text, a key already in the index: :meth:`_place_known`;
+        a new group with more than ``_FEW_CANDIDATES`` candidates: its candidates handed to
+        :meth:`_link_and_recluster` as one bucket, whose :meth:`_link` probes each stored component
+        once) returns None.
         """
         storage = self.storage
         key = item.key
         with storage.lock():
-            (gid,) = storage.find_groups([digest])
-            (old,) = storage.get_items([key])
-            if old is not None:  # a retried add (a no-op) or an error: the batch path's rule
-                self._add_batch([item], previous)
+            # The common case first, in one storage call: a new key with a new text, alone in a new group.
+            placed = storage.add_new_item(
+                key, tuple.__new__(ItemRecord, (EMPTY_GROUP, len(item.text), item.source, item.authority, item.first_seen)),
+                digest, shingles, band_keys,
+            )  # fmt: skip
+            if placed is None:  # a stored key (a retried add or an error) or an exact copy of a stored text
+                return self._place_known(item, digest, previous)
+            record, candidates = placed
+            if not candidates:  # no bucket shared: a cluster of its own (most texts)
+                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+            gid = record.gid
+            if len(candidates) > _FEW_CANDIDATES:  # a big family's buckets: one probe a component there
+                self._link_and_recluster(
+                    [gid], [(sorted(candidates), [gid])], {gid: shingles}, fresh_items={key: record}, previous=previous
+                )
                 return None
-            known: dict[int, np.ndarray] = {}  # the new group's shingles and those of the groups it links
+            # A candidate below the threshold is no edge; none at or above it (a false candidate: a shared
+            # boilerplate line) leaves the new group a cluster of its own.
+            olds = sorted(candidates)
+            found = storage.group_shingles(olds)
+            known: dict[int, np.ndarray] = {gid: shingles}  # the new group's shingles and those of the groups it links
             linked: list[int] = []
-            many: list[int] | None = None  # more than _FEW_CANDIDATES candidates: verified by _link
-            if gid is None:  # a new group: its candidates, asked before it is filed
-                (candidates,) = storage.query_bands(band_keys)
-                (gid,) = storage.create_groups([digest], [shingles], band_keys)
-                known[gid] = shingles
-                if len(candidates) > _FEW_CANDIDATES:  # a big family's buckets: one probe a component there
-                    many = sorted(candidates)
-                elif candidates:
-                    # A candidate below the threshold is no edge; none at or above it (a false candidate:
-                    # a shared boilerplate line) leaves the new group a cluster of its own.
-                    olds = sorted(candidates)
-                    found = storage.group_shingles(olds)
-                    for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
-                        if sim >= self.threshold:
-                            linked.append(g)
-                            known[g] = sh
-            record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
-            storage.put_items({key: record})
-            if many is not None:  # the candidates as one bucket, as _add_batch hands them to _link_and_recluster
-                self._link_and_recluster([gid], [(many, [gid])], {gid: shingles}, fresh_items={key: record}, previous=previous)
-                return None
-            if not known:
-                # An exact copy of a stored group: its component is unchanged, the copy is placed in it
-                # (what _link_and_recluster does with a touched old group and no new edges).
-                (comp,) = storage.component_members([gid])
-                placed = self._place_exact_copies(set(comp), {key: record})
-                self._store_clusters(*(placed or self._cluster_component(sorted(comp), {})), previous)
-                return None
+            threshold = self.threshold
+            edge = 0.0
+            for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
+                if sim >= threshold:
+                    linked.append(g)
+                    known[g] = sh
+                    edge = sim
             if not linked:
                 return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
             # Its edges join the new group and the stored components of the groups it links into one
             # component: what _link_and_recluster makes of them, without its general machinery.
             comp = {gid}.union(*storage.component_members(linked))
             storage.set_components([comp])
-            keys, clusters = self._cluster_component(sorted(comp), known)
+            if len(comp) == 2 and compiled.COMPILED:  # a text and its one stored near-duplicate (most near-duplicates)
+                keys, clusters = self._cluster_pair(*sorted((linked[0], gid)), edge)
+            else:
+                keys, clusters = self._cluster_component(sorted(comp), known)
             self._store_clusters(keys, clusters, previous)
             return _new_group_match(key, clusters, previous)
+
+    def _place_known(self, item: _Item, digest: bytes, previous: dict[str, str]) -> None:
+        """:meth:`_place_one` of an item whose key is stored (the batch path: a retried add is a no-op, else
+        an error) or whose canonical text is (an exact copy: placed in its group's unchanged component,
+        what _link_and_recluster does with a touched old group and no new edges). Under the lock."""
+        storage = self.storage
+        key = item.key
+        (gid,) = storage.find_groups([digest])
+        (old,) = storage.get_items([key])
+        if old is not None or gid is None:
+            self._add_batch([item], previous)
+            return
+        record: ItemRecord = tuple.__new__(ItemRecord, (gid, len(item.text), item.source, item.authority, item.first_seen))
+        storage.put_items({key: record})
+        (comp,) = storage.component_members([gid])
+        placed = self._place_exact_copies(set(comp), {key: record})
+        self._store_clusters(*(placed or self._cluster_component(sorted(comp), {})), previous)
 
     def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:
         """:meth:`_add_parsed` of a few checked items (at most ``_ONE_BY_ONE``) into a private store: hashed
@@ -1001,6 +1017,25 @@ class DedupIndex:
             fresh = [g for g in gids if g not in family.index]
             family.add(fresh, [shingles[g] for g in fresh])
         return keys, cluster_component(members, shingles, self.drift_floor, self.policy, family)
+
+    def _cluster_pair(self, a: int, b: int, sim: float) -> tuple[list[str], list[ClusterEntry]]:
+        """:meth:`_cluster_component` of a component of two groups ``a < b`` whose Jaccard ``sim`` was just
+        verified, on the compiled path: :func:`~rag_dedup.clusters._cluster_two` (where
+        :func:`~rag_dedup.clusters.cluster_component` takes a component of two groups, after counting
+        their Jaccard again: the same integers, so the same float), with the members it would pass."""
+        storage = self.storage
+        keys = [k for ks in storage.group_items([a, b]) for k in ks]
+        members = []
+        for key, rec in zip(keys, storage.get_items(keys)):
+            if rec is None:
+                raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
+            members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+        items: dict[int, list[Member]] = {a: [], b: []}
+        group_of: dict[str, int] = {}
+        for m, g in sorted(members, key=lambda mg: mg[0].key):
+            items[g].append(m)
+            group_of[m.key] = g
+        return keys, _cluster_two(items, group_of, a, b, sim, self.drift_floor, self.policy)
 
     def _family(self, gids: Sequence[int]) -> Family | None:
         """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.

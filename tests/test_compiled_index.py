@@ -135,7 +135,7 @@ def test_one_row_lookup_equals_the_array_lookup() -> None:
         table.insert([g], keys[g : g + 1])  # buffered, some flushed into the young levels
     table.delete(10)
     table.delete(5990)
-    assert table._buffer and any(len(r.young_keys) for r in table._runs)
+    assert table._buffered and any(len(r.young_keys) for r in table._runs)
     probes = np.concatenate((keys[::37], rng.integers(0, 1 << 63, size=(20, 7), dtype=np.uint64)))
     found = 0
     for row in probes:
@@ -208,3 +208,44 @@ def test_add_returns_what_matches_says_after_it(picks: list[tuple[int, int]], rn
             (expected,) = reference.add_many([(key, text)])
         assert got == expected
         assert got._replace(displaced=None) == index.match(key)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 2, 2**63]), max_size=7), st.integers(0, 2)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_buffer_kernel_equals_the_python_reference(calls: list[tuple[list[int], int]]) -> None:
+    """``buffer_file`` (the band table's write buffer: probe, find, file) leaves the same slots and order
+    and finds the same entries as ``BandTable._buffer_file_reference`` on the same state, call by call:
+    rows filed under one group, rows of several groups, lookups that file nothing, repeated keys
+    (in a row and across rows), small keys alike in their low bits, a small table (long probes)."""
+    fast, slow = BandTable(), BandTable()
+    for table in (fast, slow):
+        table._BUFFER_LIMIT, table._DIRECT_LIMIT = 40, 8  # type: ignore[misc]  (64 slots)
+    gid = 0
+    for keys, kind in calls:
+        if fast._buffered + len(keys) > 40:
+            break
+        flat = np.array(keys, dtype=np.uint64)
+        if kind == 0:  # a lookup
+            gids, width, find = np.empty(0, dtype=np.int64), 1, True
+        elif kind == 1:  # one new group's row, looked up and filed (add()'s call)
+            gids, width, find = np.array([gid], dtype=np.int64), max(len(keys), 1), True
+        else:  # each key its own group, filed only (a few rows of add_many)
+            gids, width, find = np.arange(gid, gid + len(keys), dtype=np.int64), 1, False
+        gid += len(keys) + 1
+        got = fast._buffer_file(flat, gids, width, find)
+        compiled.COMPILED = False
+        try:
+            want = slow._buffer_file(flat, gids, width, find)
+        finally:
+            compiled.COMPILED = True
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+        assert got[0].dtype == got[1].dtype == np.int64
+        assert fast._buffered == slow._buffered
+        if fast._slots is not None:
+            assert np.array_equal(fast._slots, slow._slots) and np.array_equal(fast._order, slow._order)  # type: ignore[arg-type]

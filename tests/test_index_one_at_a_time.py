@@ -17,7 +17,7 @@ from tests.oracles import batch_path, reference_signature
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import DedupIndex, Match
+from rag_dedup import DedupIndex, Match, compiled
 from rag_dedup.index import _FEW_KEYS, _buckets
 from rag_dedup.minhash import MinHasher
 from rag_dedup.shingles import reference_shingle_hashes, shingle_hashes_many, shingles_and_digests
@@ -90,7 +90,7 @@ def _table_with_every_level() -> tuple[BandTable, np.ndarray]:
 @pytest.mark.parametrize("rows", [pytest.param(1, id="one-row"), pytest.param(3, id="three-rows"), pytest.param(7, id="seven-rows")])
 def test_small_band_query_equals_the_bulk_query(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     table, keys = _table_with_every_level()
-    assert table._buffer and any(len(r.young_keys) for r in table._runs)  # every level is exercised
+    assert table._buffered and any(len(r.young_keys) for r in table._runs)  # every level is exercised
     queries = [keys[lo : lo + rows] for lo in random.Random(rows).sample(range(0, 2710 - rows), 150)]
     assert rows * keys.shape[1] <= BandTable._SMALL_QUERY
     small = [table.query_pairs(q) for q in queries]
@@ -277,3 +277,51 @@ def test_add_with_many_candidates_takes_the_batch_path_with_the_same_answers(
             assert [answer] == batch.add_many([(key, text)])
     assert sorted(one.clusters()) == sorted(batch.clusters())
     assert max(len(members) for _, members in one.clusters()) > 8  # the family is big enough to take both routes
+
+
+def _shortest_key_first(members):  # a policy other than the default (module level: a stable name)
+    return min(members, key=lambda m: (len(m.key), m.key))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.integers(1, 2),
+    st.sampled_from([None, 0.0, 0.5, 0.8]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_near_duplicate_of_one_stored_group_is_clustered_as_the_batch_path(
+    copies: int, new_copies: int, edits: int, floor: float | None, custom: bool, on_kernels: bool
+) -> None:
+    """A text whose one edge is to a stored group alone (a component of two groups: on the compiled
+    path ``DedupIndex._cluster_pair``, the Jaccard just verified passed to ``_cluster_two``) returns
+    the batch path's Match and ends in its clusters: copies of either text with other lengths and
+    authorities (so either may represent), the drift floor at 0, between the pair's Jaccard and the
+    threshold or at it (one cluster or two), the default policy or another, and on both kernel paths."""
+    words = chunks()[3][1].split()
+    edited = list(words)
+    for i in range(edits):
+        edited[7 * i + 3] = f"edit{i}"
+    first, second = " ".join(words), " ".join(edited)
+    items = [("a", first), *((f"a{i}", f" {first.upper()}" + " " * i) for i in range(copies))]
+    later = [("b", second), *((f"b{i}", second + "\n" * (i + 1)) for i in range(new_copies))]
+    policy = _shortest_key_first if custom else None
+    was = compiled.COMPILED
+    compiled.COMPILED = on_kernels and was
+    try:
+        one = DedupIndex(threshold=0.8, drift_floor=floor, policy=policy)
+        batch = DedupIndex(threshold=0.8, drift_floor=floor, policy=policy)
+        for key, text in items:
+            one.add(key, text, authority=float(len(key)))
+            with batch_path():
+                batch.add_many([{"key": key, "text": text, "authority": float(len(key))}])
+        for key, text in later:
+            answer = one.add(key, text, authority=0.5)
+            with batch_path():
+                assert [answer] == batch.add_many([{"key": key, "text": text, "authority": 0.5}])
+        assert sorted(one.clusters()) == sorted(batch.clusters())
+        assert "a" in dict(one.query(second))  # the pair is an edge: the route under test was taken
+    finally:
+        compiled.COMPILED = was

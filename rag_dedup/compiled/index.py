@@ -39,7 +39,7 @@ except ImportError:  # no numba: the kernels are plain Python (rag_dedup.compile
     def intrinsic(function):  # type: ignore[no-untyped-def]
         return function
 
-__all__ = ["band_lookup", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard"]
+__all__ = ["band_lookup", "buffer_file", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard", "row_lookup_file"]
 
 
 @kernel
@@ -165,6 +165,74 @@ def band_lookup(keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.
                     gids[at] = owners[j]
                     at += 1
     return rows, gids
+
+
+#: The multiplier of the write buffer's hash (Fibonacci hashing: the top bits of ``key * _GOLDEN mod 2^64``
+#: pick the slot, so keys alike in their low bits, such as small integers, still spread).
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+@kernel
+def buffer_file(
+    keys: np.ndarray, slots: np.ndarray, order: np.ndarray, count: int, gids: np.ndarray, width: int, find: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Look ``keys`` up in, and file them into, a :class:`~rag_dedup.storage.memory.BandTable`'s write buffer.
+
+    The buffer is an open-addressing multimap: ``slots`` an ``(S, 2)`` uint64 array (``S`` a power of
+    two, at most half full), row ``s`` a key and its group id + 1 (0: an empty slot); a key's entries
+    lie on its probe sequence (from the slot the top bits of ``key * _GOLDEN`` name, one slot on at a
+    time, to the first empty one) in the order they were filed. ``order`` (``(C, 2)`` uint64) holds the
+    entries in the order filed, ``count`` of them so far. With ``find``, every entry under each key is
+    returned, as ``(index into keys, group id)`` (int64), key by key; an entry of a group being filed
+    by this call is not (a key twice in one row). With ``gids`` (not empty), key ``i`` is then filed
+    under ``gids[i // width]``, at the end of its probe sequence and at ``order[count + i]``.
+    The reference is ``BandTable._buffer_file_reference``, in Python over the same arrays.
+    """
+    n = len(keys)
+    size = len(slots)
+    shift = 64
+    while (1 << (64 - shift)) < size:
+        shift -= 1
+    size_mask = np.uint64(size - 1)
+    filing = len(gids) > 0
+    cap = 16
+    rows = np.empty(cap, dtype=np.int64)
+    found = np.empty(cap, dtype=np.int64)
+    at = 0
+    for i in range(n):
+        key = keys[i]
+        own = np.uint64(gids[i // width] + 1) if filing else np.uint64(0)
+        s = (key * np.uint64(_GOLDEN)) >> np.uint64(shift) if shift < 64 else np.uint64(0)
+        while slots[s, 1] != 0:
+            if find and slots[s, 0] == key and slots[s, 1] != own:
+                if at == cap:
+                    cap *= 2
+                    rows = np.concatenate((rows, np.empty(cap - at, dtype=np.int64)))
+                    found = np.concatenate((found, np.empty(cap - at, dtype=np.int64)))
+                rows[at] = i
+                found[at] = np.int64(slots[s, 1]) - 1
+                at += 1
+            s = (s + np.uint64(1)) & size_mask
+        if filing:
+            slots[s, 0] = key
+            slots[s, 1] = own
+            order[count + i, 0] = key
+            order[count + i, 1] = own - np.uint64(1)
+    return rows[:at], found[:at]
+
+
+@kernel
+def row_lookup_file(
+    keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.ndarray, slots: np.ndarray, order: np.ndarray, count: int, gid: int
+) -> np.ndarray:
+    """One new group's row in one call (``BandTable.query_then_file_row``): :func:`band_lookup` of ``keys``
+    in the runs, then :func:`buffer_file` of them in the buffer, filed under ``gid``. Returns the group
+    ids found, the runs' first (int64, one array: each array a kernel returns costs its boxing)."""
+    in_runs = band_lookup(keys, bits, mask, levels)[1]
+    gids = np.empty(1, dtype=np.int64)
+    gids[0] = gid
+    in_buffer = buffer_file(keys, slots, order, count, gids, len(keys), True)[1]
+    return np.concatenate((in_runs, in_buffer))
 
 
 def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -142,6 +142,33 @@ class Storage(ABC):
         gids = np.fromiter((g for s in found for g in sorted(s)), dtype=np.int64, count=sum(sizes))
         return rows, gids
 
+    def add_new_item(
+        self, key: str, record: ItemRecord, digest: bytes, shingles: np.ndarray, band_keys: np.ndarray
+    ) -> tuple[ItemRecord, set[int]] | None:
+        """Store one item whose key and canonical text are both new, alone in a new group: ``add()``'s
+        common case, in one call.
+
+        When ``key`` is not stored and ``digest`` has no group: asks the groups sharing a bucket with
+        ``band_keys`` (the new group's ``(1, b)`` row), creates the group (``digest``, ``shingles``, that
+        row) and stores ``record`` under the new group's id (``record.gid`` is not read). Returns the
+        record as stored and those groups (asked before the new one was filed, so without it).
+        Otherwise writes nothing and returns None.
+
+        The default makes the calls it stands for, in order, under :meth:`lock`: :meth:`find_groups`,
+        :meth:`get_items`, :meth:`query_bands`, :meth:`create_groups`, :meth:`put_items`; a backend may
+        override it with the same effect in fewer steps (the memory store does).
+        """
+        with self.lock():
+            (gid,) = self.find_groups([digest])
+            (old,) = self.get_items([key])
+            if gid is not None or old is not None:
+                return None
+            (candidates,) = self.query_bands(band_keys)
+            (gid,) = self.create_groups([digest], [shingles], band_keys)
+            stored = ItemRecord(gid, record.length, record.source, record.authority, record.first_seen)
+            self.put_items({key: stored})
+        return stored, candidates
+
     # --- components -------------------------------------------------------------------------
     @abstractmethod
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:

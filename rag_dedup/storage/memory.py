@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import band_lookup
+from rag_dedup.compiled.index import _GOLDEN, band_lookup, buffer_file, row_lookup_file
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 
@@ -89,8 +89,12 @@ class BandTable:
     Each run has a large sorted *main* level and a smaller sorted *young* level; new entries are merged
     into *young*, and *young* into *main* once it reaches a quarter of it, so each entry is copied O(1)
     times on average and a merge briefly doubles one run, never the whole table (which bounds peak
-    memory). Single inserts go to a dict *buffer* first. Lookups sort their needles and binary-search
-    each run in order. Deleted groups are tombstones until every run has compacted them away.
+    memory). Single inserts go to a write *buffer* first: an open-addressing hash multimap in one numpy
+    array (key, group id + 1 a slot; at most half full), which the compiled
+    :func:`~rag_dedup.compiled.index.buffer_file` probes and fills a row of keys at a time (a dict of
+    Python ints cost a few cache misses a key more, and a list conversion at each merge), with the
+    entries again in the order filed (what a merge into the runs writes). Lookups sort their needles
+    and binary-search each run in order. Deleted groups are tombstones until every run has compacted them away.
     Each entry costs 12 bytes (uint64 key, int32 group id).
 
     A bit *filter* over the keys in the runs (bit ``key mod 2^m`` set for every such key, at least
@@ -102,7 +106,7 @@ class BandTable:
 
     # Entries the buffer holds before they are merged into the runs (a merge of the buffer costs a fixed
     # part for each of the 16 runs and a copy of their young levels: fewer, larger merges cost less an
-    # entry, 8 against 10 us an add() at 20k chunks; the buffer's dict costs ~120 bytes an entry meanwhile);
+    # entry, 8 against 10 us an add() at 20k chunks; the buffer holds ~840 KB, ~50 bytes an entry);
     # and the size from which an insert goes straight to the runs (an add_many batch of ~200 texts or more).
     _BUFFER_LIMIT = 16384
     _DIRECT_LIMIT = 4096
@@ -117,12 +121,11 @@ class BandTable:
 
     def __init__(self) -> None:
         self._runs = [_Run() for _ in range(16)]
-        # Buffered entries by key: a group id, or a tuple of them for a key filed more than once (no list
-        # per key: a list is an object the cyclic garbage collector tracks, ints and tuples of ints are not).
-        self._buffer: dict[int, int | tuple[int, ...]] = {}
-        # The buffered entries again, in the order inserted (what a flush writes to the runs).
-        self._buffer_keys: list[int] = []
-        self._buffer_gids: list[int] = []
+        # The write buffer (see the class docstring; allocated when first filed): its hash slots, an
+        # (S, 2) uint64 array of (key, group id + 1), 0 for empty; the entries again in the order filed,
+        # a (capacity, 2) uint64 array of (key, group id); and how many there are.
+        self._slots: np.ndarray | None = None
+        self._order: np.ndarray | None = None
         self._buffered = 0
         self._dead: set[int] = set()
         self._compacted: set[int] = set()
@@ -170,42 +173,68 @@ class BandTable:
         if keys.size >= self._DIRECT_LIMIT:
             self._add(keys.reshape(-1), np.repeat(np.asarray(gids, dtype=np.int32), width))
             return
-        values = keys.reshape(-1).tolist()
-        flat_gids = [int(gids[0])] * width if len(gids) == 1 else [int(gid) for gid in gids for _ in range(width)]
-        self._buffer_entries(values, flat_gids)
-        self._buffer_keys.extend(values)
-        self._buffer_gids.extend(flat_gids)
-        self._buffered += len(values)
+        self._buffer_file(np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1), np.asarray(gids, dtype=np.int64), width, False)
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
 
-    def _buffer_entries(self, keys: Sequence[int], gids: Sequence[int]) -> None:
-        """File ``gids[i]`` under ``keys[i]`` in the buffer's dict."""
-        buffer = self._buffer
-        if buffer.keys().isdisjoint(keys) and len(set(keys)) == len(keys):  # new keys, each once: at once
-            buffer.update(zip(keys, gids))
-            return
-        get = buffer.get
-        for k, g in zip(keys, gids):
-            current = get(k)
-            if current is None:
-                buffer[k] = g
-            elif type(current) is int:
-                buffer[k] = (current, g)
-            else:
-                buffer[k] = (*current, g)  # type: ignore[misc]
+    def _buffer_file(self, keys: np.ndarray, gids: np.ndarray, width: int, find: bool) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`~rag_dedup.compiled.index.buffer_file` over this table's buffer (allocated here when it has
+        none), or its reference below; ``_buffered`` counts the entries filed. Returns what it found."""
+        if len(gids) and self._slots is None:
+            self._allocate_buffer()
+        if self._slots is None:  # nothing buffered, nothing filed
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        if compiled.COMPILED:
+            found = buffer_file(keys, self._slots, self._order, self._buffered, gids, max(width, 1), find)
+        else:
+            found = self._buffer_file_reference(keys.tolist(), gids.tolist(), max(width, 1), find)
+        if len(gids):
+            self._buffered += len(keys)
+        return found  # type: ignore[no-any-return]
+
+    def _allocate_buffer(self) -> None:
+        """The buffer's arrays, empty: at most half full at its capacity (a flush comes before more)."""
+        capacity = self._BUFFER_LIMIT + self._DIRECT_LIMIT
+        size = 1
+        while size < 2 * capacity:
+            size *= 2
+        self._slots = np.zeros((size, 2), dtype=np.uint64)
+        self._order = np.zeros((capacity, 2), dtype=np.uint64)
+
+    def _buffer_file_reference(self, keys: list[int], gids: list[int], width: int, find: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The reference of :func:`~rag_dedup.compiled.index.buffer_file`, in Python over the same arrays
+        (through a flat ``memoryview``, which reads and writes Python ints)."""
+        slots = memoryview(self._slots).cast("B").cast("Q")  # type: ignore[arg-type]
+        order = memoryview(self._order).cast("B").cast("Q")  # type: ignore[arg-type]
+        size = len(slots) // 2
+        shift = 64 - (size.bit_length() - 1)
+        rows: list[int] = []
+        found: list[int] = []
+        count = self._buffered
+        for i, key in enumerate(keys):
+            own = gids[i // width] + 1 if gids else 0
+            s = ((key * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) >> shift if shift < 64 else 0
+            while slots[2 * s + 1]:
+                if find and slots[2 * s] == key and slots[2 * s + 1] != own:
+                    rows.append(i)
+                    found.append(slots[2 * s + 1] - 1)
+                s = (s + 1) & (size - 1)
+            if gids:
+                slots[2 * s], slots[2 * s + 1] = key, own
+                order[2 * (count + i)], order[2 * (count + i) + 1] = key, own - 1
+        return np.array(rows, dtype=np.int64), np.array(found, dtype=np.int64)
 
     def delete(self, gid: int) -> None:
         """Forget group ``gid`` (a tombstone until every run has been compacted)."""
         self._dead.add(gid)
         self._compacted = set()
-        if gid in self._buffer_gids:
-            kept = [(k, g) for k, g in zip(self._buffer_keys, self._buffer_gids) if g != gid]
-            self._buffer_keys = [k for k, _ in kept]
-            self._buffer_gids = [g for _, g in kept]
-            self._buffered = len(kept)
-            self._buffer = {}
-            self._buffer_entries(self._buffer_keys, self._buffer_gids)
+        if self._order is not None and (self._order[: self._buffered, 1] == gid).any():  # filed again without it
+            entries = self._order[: self._buffered]
+            kept = entries[entries[:, 1] != gid]
+            self._slots.fill(0)  # type: ignore[union-attr]
+            self._buffered = 0
+            if len(kept):
+                self._buffer_file(np.ascontiguousarray(kept[:, 0]), kept[:, 1].astype(np.int64), 1, False)
 
     def query(self, keys: np.ndarray) -> list[set[int]]:
         """For each row of ``keys``, the groups filed under any of its keys."""
@@ -234,11 +263,10 @@ class BandTable:
             idx, gids = run.lookup(needles[lo:hi])
             row_parts.append(order[idx + lo] // b)
             gid_parts.append(gids)
-        if self._buffer:
-            get = self._buffer.get
-            hits = [(i // b, g) for i, k in enumerate(flat.tolist()) for g in _entries(get(k))]
-            row_parts.append(np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits)))
-            gid_parts.append(np.fromiter((g for _, g in hits), dtype=np.int64, count=len(hits)))
+        if self._buffered:
+            at, found = self._buffer_file(np.ascontiguousarray(flat, dtype=np.uint64), _NO_GIDS, 1, True)
+            row_parts.append(at // b)
+            gid_parts.append(found)
         if not row_parts:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         rows = np.concatenate(row_parts).astype(np.int64, copy=False)
@@ -262,13 +290,9 @@ class BandTable:
             found.update(zip((rows // b).tolist(), gids.tolist()))
         else:
             self._search_runs(flat, values, b, found)
-        if self._buffer:
-            get = self._buffer.get
-            for i, k in enumerate(values):
-                gs = get(k)
-                if gs is not None:
-                    row = i // b
-                    found.update((row, g) for g in _entries(gs))
+        if self._buffered:
+            at, gids = self._buffer_file(np.ascontiguousarray(flat, dtype=np.uint64), _NO_GIDS, 1, True)
+            found.update(zip((at // b).tolist(), gids.tolist()))
         if self._dead:
             found = {pair for pair in found if pair[1] not in self._dead}
         pairs = sorted(found)
@@ -318,16 +342,39 @@ class BandTable:
             found = set(band_lookup(np.ascontiguousarray(keys, dtype=np.uint64), self._filter, self._filter_mask, self._levels())[1].tolist())
         else:
             found = self._search_row(values)
-        if self._buffer:
-            get = self._buffer.get
-            for value in values:
-                gs = get(value)
-                if gs is None:
-                    continue
-                if type(gs) is int:
-                    found.add(gs)
-                else:
-                    found.update(gs)  # type: ignore[arg-type]
+        if self._buffered:
+            found.update(self._buffer_file(np.ascontiguousarray(keys, dtype=np.uint64), _NO_GIDS, 1, True)[1].tolist())
+        if self._dead:
+            found -= self._dead
+        return found
+
+    def query_then_file_row(self, keys: np.ndarray, gid: int) -> set[int]:
+        """:meth:`query_row` of ``keys`` (one new group's band keys: a 1-D uint64 array), then :meth:`insert`
+        of group ``gid`` (new: never filed before) under every key, the buffer's part in one pass.
+
+        The same answer and the same table after as the two calls (held by a test): each key is
+        probed in the buffer once, and filed at the end of the probe sequence just walked (still in
+        the CPU cache); on the compiled path the runs and the buffer in one kernel call
+        (:func:`~rag_dedup.compiled.index.row_lookup_file`). Returns the groups filed under any of
+        ``keys`` before ``gid``.
+        """
+        if keys.size >= self._DIRECT_LIMIT:  # a row too wide for the buffer: straight into the runs
+            found = self.query_row(keys)
+            self.insert((gid,), keys.reshape(1, -1))
+            return found
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        if self._slots is None:
+            self._allocate_buffer()
+        if compiled.COMPILED:
+            found = set(
+                row_lookup_file(keys, self._filter, self._filter_mask, self._levels(), self._slots, self._order, self._buffered, gid).tolist()
+            )
+            self._buffered += len(keys)
+        else:
+            found = self._search_row(keys.tolist())
+            found.update(self._buffer_file(keys, np.array((gid,), dtype=np.int64), len(keys), True)[1].tolist())
+        if self._buffered >= self._BUFFER_LIMIT:
+            self._flush_buffer()
         if self._dead:
             found -= self._dead
         return found
@@ -390,11 +437,12 @@ class BandTable:
                 self._filter[at] |= _BITS[k]
 
     def _flush_buffer(self) -> None:
-        if not self._buffer:
+        if not self._buffered:
             return
-        keys = np.array(self._buffer_keys, dtype=np.uint64)
-        gids = np.array(self._buffer_gids, dtype=np.int32)
-        self._buffer, self._buffer_keys, self._buffer_gids, self._buffered = {}, [], [], 0
+        entries = self._order[: self._buffered]  # type: ignore[index]
+        keys, gids = entries[:, 0].copy(), entries[:, 1].astype(np.int32)
+        self._slots.fill(0)  # type: ignore[union-attr]
+        self._buffered = 0
         self._add(keys, gids)
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
@@ -433,11 +481,8 @@ class BandTable:
         self._set_filter(keys)
 
 
-def _entries(found: int | tuple[int, ...] | None) -> tuple[int, ...]:
-    """The group ids of one key's entry in :class:`BandTable`'s buffer (None: no entry)."""
-    if found is None:
-        return ()
-    return (found,) if type(found) is int else found  # type: ignore[return-value]
+# No group ids: a lookup of the write buffer that files nothing (BandTable._buffer_file).
+_NO_GIDS = np.empty(0, dtype=np.int64)
 
 
 # The shard numbers 0..16 (the bounds of the runs' key ranges, in the top four key bits).
@@ -567,6 +612,21 @@ class MemoryStorage(Bookkeeping):
         get = self._cluster_of.get
         return [get(k) for k in keys]
 
+    def set_clusters(self, keys: Collection[str], clusters: Sequence[ClusterEntry]) -> None:
+        """The :class:`Bookkeeping` rule (old entries of ``keys`` and their representatives' lists dropped,
+        then the new lists and entries written, in that order) straight over this store's two dicts."""
+        cluster_of, lists = self._cluster_of, self._clusters
+        pop = cluster_of.pop
+        for old in [pop(k, None) for k in keys]:
+            if old is not None:
+                lists.pop(old[0], None)
+        for rep, members in clusters:
+            if len(members) < 2:
+                continue
+            lists[rep] = list(members)
+            for key, sim in members:
+                cluster_of[key] = (rep, sim)
+
     def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
         if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:
             return super().create_groups(digests, shingles, band_keys)
@@ -578,6 +638,27 @@ class MemoryStorage(Bookkeeping):
         self._digest_to_gid[digest] = gid
         self._bands.insert((gid,), np.asarray(band_keys, dtype=np.uint64).reshape(1, -1))
         return [gid]
+
+    def add_new_item(
+        self, key: str, record: ItemRecord, digest: bytes, shingles: np.ndarray, band_keys: np.ndarray
+    ) -> tuple[ItemRecord, set[int]] | None:
+        """:meth:`Storage.add_new_item <rag_dedup.storage.base.Storage.add_new_item>` in one pass: two
+        dict probes, then the band lookup and the filing of the new group's entries in one pass over the
+        band table's buffer (:meth:`BandTable.query_then_file_row`), the group's columns and the item."""
+        if key in self._items or digest in self._digest_to_gid:
+            return None
+        gid = len(self._shingles)
+        digest = bytes(digest)
+        candidates = self._bands.query_then_file_row(band_keys.reshape(-1), gid)
+        self._digests.append(digest)
+        self._shingles.append(np.asarray(shingles).astype(np.uint32, copy=False).tobytes())
+        self._group_items.append(key)  # a group of one item: its key, bare
+        self._digest_to_gid[digest] = gid
+        stored: ItemRecord = tuple.__new__(ItemRecord, (gid, record[1], record[2], record[3], record[4]))
+        self._items[key] = stored
+        if stored.source is not None:
+            self._add(_SOURCES, ((stored.source, key),))
+        return stored, candidates
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:

@@ -17,10 +17,22 @@ from rag_dedup.storage.memory import BandTable, MemoryStorage
     st.lists(
         st.tuples(st.sampled_from(["insert", "bulk", "delete"]), st.integers(0, 40), st.integers(0, 2**64 - 1)),
         max_size=30,
-    )
+    ),
+    st.booleans(),
 )
-def test_band_table_behaves_like_a_dict_of_sets(ops) -> None:
-    """The sorted, sharded, buffered table answers like the obvious dict-of-sets reference."""
+def test_band_table_behaves_like_a_dict_of_sets(ops, on_kernels) -> None:
+    """The sorted, sharded, buffered table answers like the obvious dict-of-sets reference, on both
+    kernel paths (the write buffer's hash multimap probed and filled by the kernel or in Python)."""
+    from rag_dedup import compiled
+
+    was, compiled.COMPILED = compiled.COMPILED, on_kernels and compiled.COMPILED
+    try:
+        _dict_of_sets_ops(ops)
+    finally:
+        compiled.COMPILED = was
+
+
+def _dict_of_sets_ops(ops) -> None:
     table, ref = BandTable(), {}
     rng = np.random.default_rng(0)
     next_gid, dead = 0, set()
@@ -123,3 +135,100 @@ def test_one_group_and_one_item_writes_equal_the_general_rule(ops) -> None:
     probe = np.stack([a.band_keys[:4]]) if len(a.band_keys) >= 4 else None
     if probe is not None:
         assert fast.query_bands(probe) == general.query_bands(probe)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 6), st.booleans()), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_one_row_query_then_file_equals_query_then_insert(rows, on_kernels) -> None:
+    """``BandTable.query_then_file_row`` (one pass over the buffer: ``add()``'s path) answers what
+    ``query_row`` answers and leaves the table ``insert`` leaves, on both kernel paths: new keys, keys
+    already buffered once or several times, keys already in the runs, a key twice in one row, a table
+    with a deleted group, and across the buffer's flush into the runs (a small limit)."""
+    from rag_dedup import compiled
+
+    fused, plain = BandTable(), BandTable()
+    for table in (fused, plain):
+        table._BUFFER_LIMIT = 50  # type: ignore[misc]  (flushes within the example)
+    seen: list[int] = []
+    was, compiled.COMPILED = compiled.COMPILED, on_kernels and compiled.COMPILED
+    try:
+        for gid, (seed, reuse, twice) in enumerate(rows):
+            keys = np.random.default_rng(seed).integers(0, 2**64 - 1, size=7, dtype=np.uint64)
+            for i in range(min(reuse, len(seen) // 3)):  # keys already filed (buffered, or in the runs since a flush)
+                keys[i] = seen[-1 - i * 3]
+            if twice:
+                keys[-1] = keys[0]
+            if gid == 5:
+                for table in (fused, plain):
+                    table.delete(2)
+            assert fused.query_then_file_row(keys, gid) == plain.query_row(keys)
+            plain.insert((gid,), keys.reshape(1, -1))
+            seen.extend(keys.tolist())
+            n = fused._buffered
+            assert n == plain._buffered and np.array_equal(fused._slots, plain._slots)  # type: ignore[arg-type]
+            assert n == 0 or np.array_equal(fused._order[:n], plain._order[:n])  # type: ignore[index]
+        probe = np.array(seen[-60:], dtype=np.uint64).reshape(-1, 1)
+        assert fused.query(probe) == plain.query(probe)
+        for a, b in zip(fused.export(), plain.export()):
+            assert np.array_equal(a, b)
+    finally:
+        compiled.COMPILED = was
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 8), st.sampled_from([None, "a"])), min_size=1, max_size=30))
+def test_one_new_item_equals_the_calls_it_stands_for(ops) -> None:
+    """``MemoryStorage.add_new_item`` (``add()``'s one storage call for a new key with a new text) returns
+    and leaves what the base class's default does with the general calls (find_groups, get_items,
+    query_bands, create_groups, put_items): None and nothing written for a stored key or a known
+    digest, else the stored record and the candidates asked before the new group was filed."""
+    from rag_dedup.storage.base import Storage
+
+    fast, general = MemoryStorage(), MemoryStorage()
+    rng = np.random.default_rng(2)
+    for i, (text, key, source) in enumerate(ops):
+        digest = bytes([text]) * 4
+        shingles = np.unique(rng.integers(0, 2**32, size=8, dtype=np.uint64).astype(np.uint32))
+        band_keys = rng.integers(0, 2**64 - 1, size=(1, 5), dtype=np.uint64)
+        band_keys[0, 0] = 7 + i % 3  # shared buckets
+        record = ItemRecord(-1, 10 + i, source, float(i), None)
+        got = fast.add_new_item(f"k{key}", record, digest, shingles, band_keys)
+        assert got == Storage.add_new_item(general, f"k{key}", record, digest, shingles, band_keys)
+        if got is not None:
+            assert got[0] == record._replace(gid=got[0].gid) and got[0].gid >= 0
+    a, b = fast.export(), general.export()
+    assert a.items == b.items and a.digests == b.digests
+    assert [s.tolist() for s in a.shingles] == [s.tolist() for s in b.shingles]
+    assert np.array_equal(a.band_keys, b.band_keys) and np.array_equal(a.band_gids, b.band_gids)
+    gids = list(range(len(a.digests)))
+    assert fast.group_items(gids) == general.group_items(gids)
+    assert fast.keys_of_source("a") == general.keys_of_source("a")
+
+
+_KEY = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(_KEY, max_size=4),
+            st.lists(st.tuples(_KEY, st.lists(st.tuples(_KEY, st.floats(0, 1)), max_size=4)), max_size=3),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_set_clusters_equals_the_general_rule(calls) -> None:
+    """``MemoryStorage.set_clusters`` (straight over its dicts) leaves what the :class:`Bookkeeping` rule
+    leaves, in the same insertion order (what ``iter_clusters`` and a saved index list): old entries
+    and lists dropped, clusters of one not stored, a key in two clusters, keys given twice."""
+    fast, general = MemoryStorage(), MemoryStorage()
+    for keys, clusters in calls:
+        fast.set_clusters(keys, clusters)
+        Bookkeeping.set_clusters(general, keys, clusters)
+        assert list(fast._cluster_of.items()) == list(general._cluster_of.items())
+        assert list(fast._clusters.items()) == list(general._clusters.items())
