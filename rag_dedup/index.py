@@ -618,10 +618,17 @@ class DedupIndex:
             fresh_keys = band_keys[fresh]
             # The buckets of the new groups, each once, with the stored groups in them (asked before the
             # new ones are filed, so a group does not find itself).
+            pairs: list[tuple[int, int]] = []
             if fresh_keys.size <= _FEW_KEYS:
                 few = self._lookup_few(fresh_keys)
                 new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
                 buckets = [(old, [new_gids[row] for row in rows]) for old, rows in few]
+            elif compiled.COMPILED and isinstance(storage, MemoryStorage):
+                # One kernel call (rag_dedup.compiled.batch.batch_buckets): the two-group buckets come
+                # as the pairs _link would make of them, the others as buckets.
+                found = storage.bands.batch_buckets(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                pairs, buckets = _kernel_buckets(found, new_gids)
             else:
                 slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
                 new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
@@ -639,7 +646,7 @@ class DedupIndex:
             shingles = dict(zip(new_gids, fresh_sets))
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
-            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous)
+            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous, pairs=pairs)
 
         storage.run_batch(store)
 
@@ -696,8 +703,12 @@ class DedupIndex:
         node_of: Mapping[int, Any],
         shingles: dict[int, np.ndarray],
         uf: UnionFind[Any],
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> None:
         """Join in ``uf`` every pair of groups that shares a bucket and has J >= threshold: the edges.
+
+        ``pairs`` are buckets of two groups given as the pair this makes of one (``(new, old)``, or
+        ``(new, new)`` without an old group: what :func:`_kernel_buckets` lists), before ``buckets``.
 
         Each bucket is ``(old, new)``: groups whose pairs among themselves are already settled (stored
         groups: their pairs were verified when the later of the two was added, so their components
@@ -721,7 +732,7 @@ class DedupIndex:
         # is left to the pass below, which lists it only if the two are still apart. In a family
         # of near-identical texts, whose groups share ~b buckets, that is one verification a new
         # group instead of ~b.
-        pairs: list[tuple[int, int]] = []
+        pairs = list(pairs)
         probes: dict[tuple[int, Any], int] = {}
         prepared = []
         for old, new in buckets:
@@ -832,12 +843,15 @@ class DedupIndex:
         shingles: dict[int, np.ndarray],
         fresh_items: Mapping[str, ItemRecord],
         previous: dict[str, str] | None = None,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed.
 
         ``buckets`` are the buckets of the new groups that hold another group, each as (stored
-        groups, new groups); ``shingles`` holds the new groups' sets. ``previous``, when given,
-        receives the representative each reclustered key had before (a key already there is kept).
+        groups, new groups), and ``pairs`` more such buckets of two groups, each as the pair
+        ``(new group, the other)`` (see :meth:`_link`); ``shingles`` holds the new groups' sets.
+        ``previous``, when given, receives the representative each reclustered key had before
+        (a key already there is kept).
         """
         storage = self.storage
         new_groups = set(shingles)
@@ -845,15 +859,20 @@ class DedupIndex:
         # verify, merge or store (most texts of a corpus take this path).
         new_items = Counter(rec.gid for rec in fresh_items.values())
         in_bucket = {g for _, new in buckets for g in new}
+        in_bucket.update(g for pair in pairs for g in pair)
         touched = [g for g in touched if g in in_bucket or g not in new_groups or new_items[g] > 1]
         if not touched:
             return
-        olds = sorted({g for old, _ in buckets for g in old} | {g for g in touched if g not in new_groups})
+        olds = sorted(
+            {g for old, _ in buckets for g in old}
+            | {b for _, b in pairs if b not in new_groups}
+            | {g for g in touched if g not in new_groups}
+        )
         node_of = dict(zip(olds, storage.component_ids(olds)))
         uf: UnionFind[Any] = UnionFind(node_of.values())
         for g in new_groups:
             uf.add(g)
-        self._link(buckets, node_of, shingles, uf)
+        self._link(buckets, node_of, shingles, uf, pairs)
         # The components that hold a touched group: stored ones read whole, joined by the new edges.
         first_of: dict[Any, int] = {}
         for g, n in node_of.items():
@@ -1332,6 +1351,29 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _kernel_buckets(
+    found: tuple[np.ndarray, ...], new_gids: Sequence[int]
+) -> tuple[list[tuple[int, int]], list[tuple[list[int], list[int]]]]:
+    """:func:`~rag_dedup.compiled.batch.batch_buckets`'s answer for the new groups ``new_gids`` (by row)
+    as :meth:`DedupIndex._link` takes it: its two-group buckets as pairs (each once, in the order
+    first listed: a near-duplicate shares most bands with its original), and the others as
+    ``(stored gids, new gids)``, what :func:`_buckets` gives of them, in its order."""
+    left, right, right_is_row, old_bounds, old_gids, new_bounds, new_rows = found
+    gid_of = np.asarray(new_gids, dtype=np.int64)
+    pairs: list[tuple[int, int]] = []
+    if len(left):
+        a = gid_of[left]
+        b = np.where(right_is_row, gid_of[np.where(right_is_row, right, 0)], right)
+        packed = (a << 32) | b  # group ids are non-negative int32
+        _, first = np.unique(packed, return_index=True)
+        first.sort()
+        pairs = list(zip(a[first].tolist(), b[first].tolist()))
+    old_list, old_at = old_gids.tolist(), old_bounds.tolist()
+    new_list, new_at = gid_of[new_rows].tolist(), new_bounds.tolist()
+    buckets = [(old_list[old_at[k] : old_at[k + 1]], new_list[new_at[k] : new_at[k + 1]]) for k in range(len(old_at) - 1)]
+    return pairs, buckets
 
 
 def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mapping[str, str]) -> Match:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rag_dedup import compiled
+from rag_dedup.compiled.batch import batch_buckets, mark_filter, merge_entries
 from rag_dedup.compiled.index import band_lookup
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
@@ -304,6 +305,15 @@ class BandTable:
                         row = i // b
                         found.update((row, g) for g in memoryview(level_gids)[lo:hi].tolist())
 
+    def batch_buckets(self, keys: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The buckets of a batch's ``(n, b)`` band keys, as :func:`~rag_dedup.compiled.batch.batch_buckets`
+        returns them (the compiled path of ``DedupIndex._add_batch``; the buffer is merged into the runs
+        first, which changes no answer)."""
+        self._flush_buffer()
+        dead = np.array(sorted(self._dead), dtype=np.int64)
+        flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+        return batch_buckets(flat, int(keys.shape[1]), self._filter, self._filter_mask, self._levels(), dead)  # type: ignore[no-any-return]
+
     def query_row(self, keys: np.ndarray) -> set[int]:
         """The groups filed under any of ``keys`` (the band keys of one ``add``: a 1-D uint64 array).
 
@@ -381,6 +391,9 @@ class BandTable:
     def _mark(self, keys: np.ndarray) -> None:
         """Set the filter bit of every key (one bit position at a time: a repeated byte index then
         writes the same value, which a fancy assignment may; ``np.bitwise_or.at`` is slower)."""
+        if compiled.COMPILED:
+            mark_filter(self._filter, self._filter_mask, np.ascontiguousarray(keys, dtype=np.uint64))
+            return
         slots = keys & self._filter_mask
         byte = slots >> np.uint64(3)
         bit = (slots & np.uint64(7)).astype(np.uint8)
@@ -450,6 +463,8 @@ def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tu
     """Merge two key-sorted tables into one (O(len(a) + len(b)) with one new array each)."""
     if len(ak) == 0:
         return bk, bg
+    if compiled.COMPILED:  # one pass (rag_dedup.compiled.batch); below, the numpy reference
+        return merge_entries(ak, ag, bk, bg)  # type: ignore[no-any-return]
     # b's entries land after the equal keys of a, in their order: entry i of b at position pos_i + i.
     at = np.searchsorted(ak, bk, side="right")
     at += np.arange(len(bk))
