@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.corpus import chunks
 
 from rag_dedup import DedupIndex, compiled
-from rag_dedup.compiled.batch import batch_buckets, mark_filter, merge_entries
+from rag_dedup.compiled.batch import _lower_bound, _sort_unique, batch_buckets, key_order, mark_filter, merge_entries
 from rag_dedup.index import _buckets, _kernel_buckets
 from rag_dedup.storage.memory import BandTable, _merge
 
@@ -140,3 +140,21 @@ def test_batch_buckets_of_few_rows(rows: int) -> None:
     table = BandTable()
     keys = np.arange(rows * 3, dtype=np.uint64).reshape(rows, 3)
     assert _kernel_buckets(table.batch_buckets(keys), list(range(rows))) == ([], [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(0, 6))
+def test_sort_helpers_equal_numpy(values: list[int], repeat: int) -> None:
+    """The batch kernel's own sort, unique and binary search (small code instead of numba's) against numpy,
+    on keys with many repeats and on keys crowded in the top bits (the slots of the counting pass)."""
+    keys = np.array(values * (1 + repeat % 3), dtype=np.uint64)
+    crowded = keys >> np.uint64(repeat * 8)  # small keys: one slot holds many
+    for a in (keys, crowded):
+        assert key_order(a).tolist() == np.argsort(a, kind="stable").tolist()
+        signed = (a >> np.uint64(2)).astype(np.int64)
+        scratch = signed.copy()
+        kept = _sort_unique(scratch, len(scratch))
+        assert scratch[:kept].tolist() == np.unique(signed).tolist()
+        ordered = np.sort(a)
+        for probe in a[:20].tolist() + [0, 2**64 - 1]:
+            assert _lower_bound(ordered, np.uint64(probe)) == int(np.searchsorted(ordered, np.uint64(probe)))

@@ -9,9 +9,10 @@ loop over thousands of buckets, most of them two groups (a near-duplicate and it
 of their bands). :func:`batch_buckets` does it in one pass over the sorted keys, reading the runs
 through the table's bit filter as :func:`~rag_dedup.compiled.index.band_lookup` does, and returns the
 two-group buckets as one pair each (what ``DedupIndex._link`` makes of such a bucket) and the larger
-ones as arrays. :func:`merge_entries` merges new entries into a run's sorted level in one pass, and
-:func:`mark_filter` sets their filter bits (the references: ``storage.memory._merge`` and
-``BandTable._mark``). ``tests/test_compiled_batch.py`` holds each kernel equal to its reference.
+ones as arrays. :func:`key_order` is the stable order of band keys (a counting pass on the top bits,
+then insertion sorts: band keys are uniform hashes), :func:`merge_entries` merges new entries into a
+run's sorted level in one pass, and :func:`mark_filter` sets their filter bits (the references:
+``np.argsort(kind="stable")``, ``storage.memory._merge`` and ``BandTable._mark``). ``tests/test_compiled_batch.py`` holds each kernel equal to its reference.
 
 Example:
     >>> import numpy as np
@@ -28,7 +29,98 @@ import numpy as np
 from rag_dedup.compiled import kernel
 from rag_dedup.compiled.index import _view
 
-__all__ = ["batch_buckets", "mark_filter", "merge_entries"]
+__all__ = ["batch_buckets", "key_order", "mark_filter", "merge_entries"]
+
+
+@kernel
+def _grown(values: np.ndarray, used: int, need: int) -> np.ndarray:
+    """``values`` (of which the first ``used`` are set) with room for at least ``need`` (doubled: O(1) a value)."""
+    if need <= len(values):
+        return values
+    out = np.empty(max(need, 2 * len(values)), dtype=values.dtype)
+    out[:used] = values[:used]
+    return out
+
+
+@kernel
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """The stable ascending order of ``keys`` (uniform 64-bit hashes), as ``np.argsort(keys, kind="stable")``.
+
+    A counting pass on the top bits (about four keys a slot) places the keys in slot order, keeping
+    their order within a slot; an insertion sort of each slot, which moves a key only past greater
+    keys, finishes it (equal keys, a bucket's entries, stay in their order). Plain loops rather than
+    numba's sort, whose compiled code would add megabytes to every process that loads this kernel.
+    """
+    m = len(keys)
+    bits = 0
+    while bits < 40 and (1 << bits) * 4 < m:
+        bits += 1
+    slots = 1 << bits
+    shift = np.uint64(64 - bits) if bits else np.uint64(0)
+    starts = np.zeros(slots + 1, dtype=np.int64)
+    for i in range(m):
+        starts[(np.int64(keys[i] >> shift) if bits else 0) + 1] += 1
+    for k in range(slots):
+        starts[k + 1] += starts[k]
+    order = np.empty(m, dtype=np.int64)
+    at = starts[:slots].copy()
+    for i in range(m):
+        k = np.int64(keys[i] >> shift) if bits else 0
+        order[at[k]] = i
+        at[k] += 1
+    for k in range(slots):
+        for j in range(starts[k] + 1, starts[k + 1]):
+            moving = order[j]
+            key = keys[moving]
+            t = j
+            while t > starts[k] and keys[order[t - 1]] > key:
+                order[t] = order[t - 1]
+                t -= 1
+            order[t] = moving
+    return order
+
+
+@kernel
+def _lower_bound(values: np.ndarray, value: np.uint64) -> int:
+    """The first index of sorted ``values`` whose value is not below ``value`` (``np.searchsorted``)."""
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@kernel
+def _sort_unique(values: np.ndarray, n: int) -> int:
+    """Sort ``values[:n]`` in place (a heapsort: small code, O(n log n)), drop repeats; the count left."""
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(values, start, n)
+    for end in range(n - 1, 0, -1):
+        values[0], values[end] = values[end], values[0]
+        _sift(values, 0, end)
+    kept = 1 if n else 0
+    for j in range(1, n):
+        if values[j] != values[kept - 1]:
+            values[kept] = values[j]
+            kept += 1
+    return kept
+
+
+@kernel
+def _sift(values: np.ndarray, root: int, end: int) -> None:
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and values[child + 1] > values[child]:
+            child += 1
+        if values[root] >= values[child]:
+            return
+        values[root], values[child] = values[child], values[root]
+        root = child
 
 
 @kernel
@@ -48,23 +140,34 @@ def batch_buckets(
     ``(left_row, right, right_is_row)``: the first row, and the stored group or (``right_is_row``
     true) the second row; and the others as ``(old_bounds, old_gids, new_bounds, new_rows)``, bucket
     ``k``'s stored groups ``old_gids[old_bounds[k]:old_bounds[k + 1]]`` and its rows likewise.
+    One pass over the sorted keys; the answers grow as found (the only temporary of the batch's
+    size is the sort order: the peak memory of a batch stays that of the numpy reference).
     """
     m = len(keys)
-    order = np.argsort(keys, kind="mergesort")  # stable: a key's entries in row order
+    order = key_order(keys)  # stable: a key's entries in row order
     like_keys = np.zeros(0, dtype=np.uint64)
     like_gids = np.zeros(0, dtype=np.int32)
-    starts = np.empty(m + 1, dtype=np.int64)
-    found_lo = np.zeros((m, 2), dtype=np.int64)
-    found_hi = np.zeros((m, 2), dtype=np.int64)
-    total = 0
-    n_keys = 0
+    left = np.empty(256, dtype=np.int64)
+    right = np.empty(256, dtype=np.int64)
+    right_is_row = np.zeros(256, dtype=np.bool_)
+    old_bounds = np.zeros(64, dtype=np.int64)
+    old_gids = np.empty(256, dtype=np.int64)
+    new_bounds = np.zeros(64, dtype=np.int64)
+    new_rows = np.empty(256, dtype=np.int64)
+    scratch = np.empty(64, dtype=np.int64)
+    n_pairs = 0
+    n_big = 0
+    at_old = 0
+    at_new = 0
     i = 0
     while i < m:
+        start = i
         key = keys[order[i]]
-        starts[n_keys] = i
         i += 1
         while i < m and keys[order[i]] == key:
             i += 1
+        n_new = i - start
+        count = 0  # the stored groups under key, in scratch
         slot = key & mask
         if (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1):
             shard = np.int64(key >> np.uint64(60))
@@ -74,81 +177,63 @@ def batch_buckets(
                 if size == 0:
                     continue
                 run = _view(levels[0, column], size, like_keys)
-                lo = np.searchsorted(run, key)
+                lo = _lower_bound(run, key)
                 hi = lo
                 while hi < size and run[hi] == key:
                     hi += 1
-                found_lo[n_keys, level] = lo
-                found_hi[n_keys, level] = hi
-                total += hi - lo
-        n_keys += 1
-    starts[n_keys] = m
-    left = np.empty(n_keys, dtype=np.int64)
-    right = np.empty(n_keys, dtype=np.int64)
-    right_is_row = np.zeros(n_keys, dtype=np.bool_)
-    old_bounds = np.zeros(n_keys + 1, dtype=np.int64)
-    old_gids = np.empty(total, dtype=np.int64)
-    new_bounds = np.zeros(n_keys + 1, dtype=np.int64)
-    new_rows = np.empty(m, dtype=np.int64)
-    scratch = np.empty(total, dtype=np.int64)
-    n_pairs = 0
-    n_big = 0
-    at_old = 0
-    at_new = 0
-    for d in range(n_keys):
-        key = keys[order[starts[d]]]
-        count = 0
-        for level in range(2):
-            lo, hi = found_lo[d, level], found_hi[d, level]
-            if hi > lo:
-                column = 2 * np.int64(key >> np.uint64(60)) + level
-                owners = _view(levels[1, column], levels[2, column], like_gids)
+                if hi == lo:
+                    continue
+                owners = _view(levels[1, column], size, like_gids)
+                scratch = _grown(scratch, count, count + hi - lo)
                 for j in range(lo, hi):
                     g = np.int64(owners[j])
                     if len(dead):
-                        at = np.searchsorted(dead, g)
+                        at = _lower_bound(dead, g)
                         if at < len(dead) and dead[at] == g:
                             continue
                     scratch[count] = g
                     count += 1
-        if count > 1:  # each stored group once, ascending
-            ordered = np.sort(scratch[:count])
-            kept = 1
-            for j in range(1, count):
-                if ordered[j] != ordered[kept - 1]:
-                    ordered[kept] = ordered[j]
-                    kept += 1
-            scratch[:kept] = ordered[:kept]
-            count = kept
-        n_new = starts[d + 1] - starts[d]
         if n_new + count < 2:
             continue
-        first = order[starts[d]] // width
+        if count > 1:  # each stored group once, ascending
+            count = _sort_unique(scratch, count)
+            if n_new + count < 2:
+                continue
+        first = order[start] // width
         if n_new + count == 2:
+            if n_pairs == len(left):
+                left = _grown(left, n_pairs, n_pairs + 1)
+                right = _grown(right, n_pairs, n_pairs + 1)
+                right_is_row = _grown(right_is_row, n_pairs, n_pairs + 1)
             left[n_pairs] = first
             if count:
                 right[n_pairs] = scratch[0]
+                right_is_row[n_pairs] = False
             else:
-                right[n_pairs] = order[starts[d] + 1] // width
+                right[n_pairs] = order[start + 1] // width
                 right_is_row[n_pairs] = True
             n_pairs += 1
             continue
+        old_gids = _grown(old_gids, at_old, at_old + count)
         old_gids[at_old : at_old + count] = scratch[:count]
         at_old += count
-        for j in range(starts[d], starts[d + 1]):
+        new_rows = _grown(new_rows, at_new, at_new + n_new)
+        for j in range(start, i):
             new_rows[at_new] = order[j] // width
             at_new += 1
         n_big += 1
+        old_bounds = _grown(old_bounds, n_big, n_big + 1)
+        new_bounds = _grown(new_bounds, n_big, n_big + 1)
         old_bounds[n_big] = at_old
         new_bounds[n_big] = at_new
     return (
-        left[:n_pairs],
-        right[:n_pairs],
-        right_is_row[:n_pairs],
-        old_bounds[: n_big + 1],
-        old_gids[:at_old],
-        new_bounds[: n_big + 1],
-        new_rows[:at_new],
+        left[:n_pairs].copy(),
+        right[:n_pairs].copy(),
+        right_is_row[:n_pairs].copy(),
+        old_bounds[: n_big + 1].copy(),
+        old_gids[:at_old].copy(),
+        new_bounds[: n_big + 1].copy(),
+        new_rows[:at_new].copy(),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.batch import batch_buckets, mark_filter, merge_entries
+from rag_dedup.compiled.batch import batch_buckets, key_order, mark_filter, merge_entries
 from rag_dedup.compiled.index import band_lookup
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
@@ -412,7 +412,7 @@ class BandTable:
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
         self._typed = None
-        order = np.argsort(keys, kind="stable")
+        order = key_order(np.ascontiguousarray(keys, dtype=np.uint64)) if compiled.COMPILED else np.argsort(keys, kind="stable")
         keys, gids = keys[order], gids[order]
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
         for shard, run in enumerate(self._runs):
