@@ -114,6 +114,9 @@ _ONE_BY_ONE = 64
 # one-item path (bench_families.py: one add() into a family of 20,000 took 2.07 s verifying every
 # candidate, 0.16-0.19 s the other way).
 _FEW_CANDIDATES = 64
+# Components reclustered at a time by _recluster_deferred (their storage reads made together:
+# DedupIndex._cluster_components), so that the shingle sets read stay those of one block.
+_CLUSTER_BLOCK = 256
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
 
@@ -873,7 +876,10 @@ class DedupIndex:
         )
         node_of = dict(zip(olds, storage.component_ids(olds)))
         uf: UnionFind[Any] = UnionFind(node_of.values())
-        for g in new_groups:
+        # The new groups that can be joined or need placing: those in a bucket (all touched) and the
+        # other touched ones; the rest stay clusters of their own and need no element in uf.
+        active = [g for g in touched if g in new_groups]
+        for g in active:
             uf.add(g)
         self._link(buckets, node_of, shingles, uf, pairs)
         # The components that hold a touched group: stored ones read whole, joined by the new edges.
@@ -883,7 +889,7 @@ class DedupIndex:
         find = uf.find
         wanted = {find(node_of.get(g, g)) for g in touched}
         nodes_of: dict[Any, list[Any]] = {}
-        for n in [*first_of, *new_groups]:
+        for n in [*first_of, *active]:
             r = find(n)
             if r in wanted:
                 nodes_of.setdefault(r, []).append(n)
@@ -894,24 +900,28 @@ class DedupIndex:
             for ns in nodes_of.values()
         ]
         storage.set_components([comp for comp, joined in merged if joined])
-        keys: list[str] = []
-        clusters: list[ClusterEntry] = []
+        singles = [min(comp) for comp, _ in merged if len(comp) == 1]
+        alone = {g for g, members in zip(singles, storage.group_items(singles)) if len(members) == 1 and members[0] in fresh_items}
+        # Each component's clusters in the order of merged (what set_clusters writes, in that order): a
+        # list of keys and clusters already placed, or the sorted groups of one to cluster (batched).
+        parts: list[tuple[list[str], list[ClusterEntry]] | list[int]] = []
         for comp, joined in merged:
-            if len(comp) == 1:
-                (g,) = comp
-                members = storage.group_items([g])[0]
-                if len(members) == 1 and members[0] in fresh_items:
-                    continue  # a new text alone in a new group: a cluster of its own, nothing stored
+            if len(comp) == 1 and min(comp) in alone:
+                continue  # a new text alone in a new group: a cluster of its own, nothing stored
             if self._deferred is not None:
                 self._deferred.add(min(comp))  # reclustered after the call's last batch
                 continue
             if not joined and not comp & new_groups:
                 placed = self._place_exact_copies(comp, fresh_items)
                 if placed is not None:
-                    keys.extend(placed[0])
-                    clusters.extend(placed[1])
+                    parts.append(placed)
                     continue
-            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
+            parts.append(sorted(comp))
+        clustered = iter(self._cluster_components([p for p in parts if type(p) is list], shingles))
+        keys: list[str] = []
+        clusters: list[ClusterEntry] = []
+        for part in parts:
+            comp_keys, comp_clusters = next(clustered) if type(part) is list else part
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         self._store_clusters(keys, clusters, previous)
@@ -949,10 +959,11 @@ class DedupIndex:
                 comps.setdefault(min(comp), frozenset(comp))
             keys: list[str] = []
             clusters: list[ClusterEntry] = []
-            for comp in comps.values():
-                comp_keys, comp_clusters = self._cluster_component(sorted(comp), {})
-                keys.extend(comp_keys)
-                clusters.extend(comp_clusters)
+            ordered = [sorted(comp) for comp in comps.values()]
+            for lo in range(0, len(ordered), _CLUSTER_BLOCK):  # the shingle sets read of one block at a time
+                for comp_keys, comp_clusters in self._cluster_components(ordered[lo : lo + _CLUSTER_BLOCK], {}):
+                    keys.extend(comp_keys)
+                    clusters.extend(comp_clusters)
             self._store_clusters(keys, clusters, previous)
 
     def _place_exact_copies(
@@ -1011,6 +1022,38 @@ class DedupIndex:
             fresh = [g for g in gids if g not in family.index]
             family.add(fresh, [shingles[g] for g in fresh])
         return keys, cluster_component(members, shingles, self.drift_floor, self.policy, family)
+
+    def _cluster_components(
+        self, comps: Sequence[Sequence[int]], shingles: dict[int, np.ndarray]
+    ) -> list[tuple[list[str], list[ClusterEntry]]]:
+        """:meth:`_cluster_component` of each component (its sorted groups), in order, with the storage
+        reads of the small ones (no kept :class:`~rag_dedup.clusters.Family`) made once for all of
+        them: their keys, records and missing shingle sets (a batch reclusters a hundred or more
+        small components; four reads each cost more than their clustering)."""
+        small = [comp for comp in comps if len(comp) < _FAMILY_MIN]
+        storage = self.storage
+        gids = [g for comp in small for g in comp]
+        group_keys = storage.group_items(gids)
+        keys_of = dict(zip(gids, group_keys))
+        flat = [k for ks in group_keys for k in ks]
+        record_of = dict(zip(flat, storage.get_items(flat)))
+        missing = [g for g in gids if g not in shingles]
+        if missing:
+            shingles.update(zip(missing, storage.group_shingles(missing)))
+        out = []
+        for comp in comps:
+            if len(comp) >= _FAMILY_MIN:
+                out.append(self._cluster_component(comp, shingles))
+                continue
+            keys = [k for g in comp for k in keys_of[g]]
+            members = []
+            for key in keys:
+                rec = record_of[key]
+                if rec is None:
+                    raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
+                members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+            out.append((keys, cluster_component(members, shingles, self.drift_floor, self.policy)))
+        return out
 
     def _family(self, gids: Sequence[int]) -> Family | None:
         """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.
