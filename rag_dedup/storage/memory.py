@@ -557,7 +557,7 @@ class MemoryStorage(Bookkeeping):
     # over this backend's own dicts and lists, without the table dispatch of the primitives
     def put_items(self, items: Mapping[str, ItemRecord]) -> None:
         if len(items) != 1:
-            super().put_items(items)
+            self._put_many_items(items)
             return
         ((key, rec),) = items.items()
         self._items[key] = rec
@@ -584,7 +584,7 @@ class MemoryStorage(Bookkeeping):
 
     def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
         if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:
-            return super().create_groups(digests, shingles, band_keys)
+            return self._create_many_groups(digests, shingles, band_keys)
         gid = len(self._shingles)  # _new_group_ids(1), then the group's columns and digest written
         digest = bytes(digests[0])
         self._digests.append(digest)
@@ -593,6 +593,34 @@ class MemoryStorage(Bookkeeping):
         self._digest_to_gid[digest] = gid
         self._bands.insert((gid,), np.asarray(band_keys, dtype=np.uint64).reshape(1, -1))
         return [gid]
+
+    # --- the same domain calls for many items or groups (add_many's batches): the Bookkeeping rule over
+    # this backend's dicts and lists at once, without a primitive's dispatch and dict per table
+    def _put_many_items(self, items: Mapping[str, ItemRecord]) -> None:
+        """:meth:`Bookkeeping.put_items <rag_dedup.storage.bookkeeping.Bookkeeping.put_items>` of many items."""
+        self._items.update(items)
+        sourced = [(rec.source, key) for key, rec in items.items() if rec.source is not None]
+        if sourced:
+            self._add(_SOURCES, sourced)
+        self._add(_GROUP_ITEMS, [(rec.gid, key) for key, rec in items.items() if rec.gid != EMPTY_GROUP])
+
+    def _create_many_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        """:meth:`Bookkeeping.create_groups <rag_dedup.storage.bookkeeping.Bookkeeping.create_groups>` of
+        any number of groups: ids, digests, shingles as ``bytes``, empty member sets, bucket entries."""
+        n = len(digests)
+        if n != len(shingles) or n != len(band_keys):
+            raise ValueError(f"create_groups: {n} digests, {len(shingles)} shingle arrays, {len(band_keys)} band-key rows")
+        if n == 0:
+            return []
+        first = len(self._shingles)
+        gids = list(range(first, first + n))
+        kept = [bytes(d) for d in digests]
+        self._digests.extend(kept)
+        self._shingles.extend(np.asarray(sh).astype(np.uint32, copy=False).tobytes() for sh in shingles)
+        self._group_items.extend([None] * n)
+        self._digest_to_gid.update(zip(kept, gids))
+        self._bands.insert(gids, np.asarray(band_keys, dtype=np.uint64).reshape(n, -1))
+        return gids
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
