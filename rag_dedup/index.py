@@ -62,7 +62,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import compiled, lsh, settings
-from rag_dedup.clusters import Family, UnionFind, cluster_component
+from rag_dedup.clusters import Family, UnionFind, cluster_component, cluster_components
 from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
@@ -1040,11 +1040,9 @@ class DedupIndex:
         missing = [g for g in gids if g not in shingles]
         if missing:
             shingles.update(zip(missing, storage.group_shingles(missing)))
-        out = []
-        for comp in comps:
-            if len(comp) >= _FAMILY_MIN:
-                out.append(self._cluster_component(comp, shingles))
-                continue
+        small_keys: list[list[str]] = []
+        small_members: list[list[tuple[Member, int]]] = []
+        for comp in small:
             keys = [k for g in comp for k in keys_of[g]]
             members = []
             for key in keys:
@@ -1052,8 +1050,10 @@ class DedupIndex:
                 if rec is None:
                     raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
                 members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
-            out.append((keys, cluster_component(members, shingles, self.drift_floor, self.policy)))
-        return out
+            small_keys.append(keys)
+            small_members.append(members)
+        placed = iter(zip(small_keys, cluster_components(small_members, shingles, self.drift_floor, self.policy)))
+        return [self._cluster_component(comp, shingles) if len(comp) >= _FAMILY_MIN else next(placed) for comp in comps]
 
     def _family(self, gids: Sequence[int]) -> Family | None:
         """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.

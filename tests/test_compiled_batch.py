@@ -21,7 +21,9 @@ from tests.corpus import chunks
 
 from rag_dedup import DedupIndex, compiled
 from rag_dedup.compiled.batch import _lower_bound, _sort_unique, batch_buckets, key_order, mark_filter, merge_entries
+from rag_dedup.clusters import cluster_component, cluster_components
 from rag_dedup.index import _buckets, _kernel_buckets
+from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.storage.memory import BandTable, _merge
 
 
@@ -158,3 +160,33 @@ def test_sort_helpers_equal_numpy(values: list[int], repeat: int) -> None:
         ordered = np.sort(a)
         for probe in a[:20].tolist() + [0, 2**64 - 1]:
             assert _lower_bound(ordered, np.uint64(probe)) == int(np.searchsorted(ordered, np.uint64(probe)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(50, 60)), min_size=1, max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    st.floats(0.3, 0.9),
+)
+def test_cluster_components_equal_one_at_a_time(shapes: list[list[tuple[int, int, int]]], floor: float) -> None:
+    """``cluster_components`` (two-group components' Jaccard in one kernel call) gives, component by
+    component, what ``cluster_component`` gives, on both kernel paths; members of one group share a set."""
+    shingles: dict[int, np.ndarray] = {}
+    components = []
+    for c, shape in enumerate(shapes):
+        members = []
+        for i, (group, length, width) in enumerate(shape):
+            gid = 100 * c + group
+            shingles.setdefault(gid, np.arange(3 * group, 3 * group + width, dtype=np.uint32))
+            members.append((Member(f"k{c}-{i}", 100 + length, None, 0.0, None), gid))
+        components.append(members)
+    expected = [cluster_component(members, shingles, floor, longest_then_authority) for members in components]
+    assert cluster_components(components, shingles, floor, longest_then_authority) == expected
+    was, compiled.COMPILED = compiled.COMPILED, False
+    try:
+        assert cluster_components(components, shingles, floor, longest_then_authority) == expected
+    finally:
+        compiled.COMPILED = was

@@ -151,8 +151,11 @@ def test_add_many_clusters_a_component_once_however_many_batches_grow_it(monkeyp
     whole = DedupIndex(threshold=0.8)
     whole.add_many(items)
     sizes: list[int] = []
-    clustering = index_module.cluster_component
+    clustering, clustering_many = index_module.cluster_component, index_module.cluster_components
     monkeypatch.setattr(index_module, "cluster_component", lambda members, *a: (sizes.append(len(members)), clustering(members, *a))[1])
+    monkeypatch.setattr(
+        index_module, "cluster_components", lambda comps, *a: (sizes.extend(map(len, comps)), clustering_many(comps, *a))[1]
+    )
     monkeypatch.setattr(index_module, "_BATCH", 50)
     index = DedupIndex(threshold=0.8)
     index.add_many(items)
