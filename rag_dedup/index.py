@@ -901,7 +901,8 @@ class DedupIndex:
         ]
         storage.set_components([comp for comp, joined in merged if joined])
         singles = [min(comp) for comp, _ in merged if len(comp) == 1]
-        alone = {g for g, members in zip(singles, storage.group_items(singles)) if len(members) == 1 and members[0] in fresh_items}
+        found = storage.group_items(singles) if singles else []
+        alone = {g for g, members in zip(singles, found) if len(members) == 1 and members[0] in fresh_items}
         # Each component's clusters in the order of merged (what set_clusters writes, in that order): a
         # list of keys and clusters already placed, or the sorted groups of one to cluster (batched).
         parts: list[tuple[list[str], list[ClusterEntry]] | list[int]] = []
@@ -1031,6 +1032,8 @@ class DedupIndex:
         them: their keys, records and missing shingle sets (a batch reclusters a hundred or more
         small components; four reads each cost more than their clustering)."""
         small = [comp for comp in comps if len(comp) < _FAMILY_MIN]
+        if not small:
+            return [self._cluster_component(comp, shingles) for comp in comps]
         storage = self.storage
         gids = [g for comp in small for g in comp]
         group_keys = storage.group_items(gids)
