@@ -62,7 +62,7 @@ from rag_dedup.compiled.index import intersection_matrix, pack, pair_jaccard
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
-__all__ = ["Family", "UnionFind", "cluster_component", "pooled_jaccard"]
+__all__ = ["Family", "UnionFind", "cluster_component", "cluster_components", "pooled_jaccard"]
 
 T = TypeVar("T", bound=Hashable)
 # J(g, y) for every group y of a cluster (or of the groups left), in their order (a list of floats for a
@@ -448,15 +448,7 @@ def cluster_component(
         ValueError: The policy returned something that is not one of the members it was given, or
             ``family`` does not hold exactly the groups of ``members``.
     """
-    items: dict[int, list[Member]] = {}
-    group_of: dict[str, int] = {}
-    for m, g in sorted(members, key=lambda mg: mg[0].key):
-        items.setdefault(g, []).append(m)
-        group_of[m.key] = g
-    remaining = sorted(items)
-    for g in remaining:
-        if g not in shingles:
-            raise KeyError(f"group {g} of member {items[g][0].key!r} has no shingle set")
+    items, group_of, remaining = _by_group(members, shingles)
     rows = None
     if family is not None:
         if len(family) != len(remaining) or any(g not in family.index for g in remaining):
@@ -505,6 +497,53 @@ def cluster_component(
         taken = set(cluster)
         remaining = [g for g in remaining if g not in taken]
     return clusters
+
+
+def cluster_components(
+    components: Sequence[Sequence[tuple[Member, int]]],
+    shingles: Mapping[int, np.ndarray],
+    floor: float,
+    policy: Policy,
+) -> list[list[tuple[str, list[tuple[str, float]]]]]:
+    """:func:`cluster_component` of each of several components (without a :class:`Family`), in order:
+    the same clusters. On the compiled path the Jaccard of every component of two groups (most of
+    a batch's) comes from one kernel call (:func:`~rag_dedup.compiled.index.pair_jaccard`) rather
+    than one call each.
+
+    Raises:
+        KeyError, ValueError: As :func:`cluster_component`.
+    """
+    if not compiled.COMPILED:
+        return [cluster_component(members, shingles, floor, policy) for members in components]
+    grouped = [_by_group(members, shingles) for members in components]
+    two = [i for i, (_, _, remaining) in enumerate(grouped) if len(remaining) == 2]
+    sets = [shingles[g] for i in two for g in grouped[i][2]]
+    sims = iter(pair_jaccard(sets, range(0, len(sets), 2), range(1, len(sets), 2)))
+    out = []
+    for members, (items, group_of, remaining) in zip(components, grouped):
+        if len(remaining) == 2:
+            a, b = remaining
+            out.append(_cluster_two(items, group_of, a, b, next(sims), floor, policy))
+        else:
+            out.append(cluster_component(members, shingles, floor, policy))
+    return out
+
+
+def _by_group(
+    members: Sequence[tuple[Member, int]], shingles: Mapping[int, np.ndarray]
+) -> tuple[dict[int, list[Member]], dict[str, int], list[int]]:
+    """A component's members by group (each group's in key order), the group of each key, and the
+    sorted groups; raises KeyError for a group without a shingle set."""
+    items: dict[int, list[Member]] = {}
+    group_of: dict[str, int] = {}
+    for m, g in sorted(members, key=lambda mg: mg[0].key):
+        items.setdefault(g, []).append(m)
+        group_of[m.key] = g
+    remaining = sorted(items)
+    for g in remaining:
+        if g not in shingles:
+            raise KeyError(f"group {g} of member {items[g][0].key!r} has no shingle set")
+    return items, group_of, remaining
 
 
 def _eligible(cluster: Sequence[int], within: Similarities, to_center: Vector, center: int, floor: float) -> list[int]:

@@ -10,9 +10,11 @@ How a text is placed:
    P(candidate) = 1 - (1 - s^r)^b >= 0.995 at s = threshold (see :mod:`rag_dedup.lsh`).
 3. **Verification.** Each candidate is checked with the *exact* Jaccard of the two shingle sets; only
    pairs with J >= threshold become edges. An estimate from 128 permutations is noisy by about 0.035
-   at J = 0.8, so it proposes but never decides. Before that, candidates whose Jaccard *upper bound*
-   (from bucket counts of the two sets, :func:`~rag_dedup.similarity.jaccard_upper_bounds`) is below
-   the threshold are dropped in bulk: a bound, not an estimate, so no pair at or above it is lost.
+   at J = 0.8, so it proposes but never decides. Before that, on the numpy reference path, candidates
+   whose Jaccard *upper bound* (from bucket counts of the two sets,
+   :func:`~rag_dedup.similarity.jaccard_upper_bounds`) is below the threshold are dropped in bulk: a
+   bound, not an estimate, so no pair at or above it is lost (the compiled kernel of the exact Jaccard
+   costs no more than the bound).
    Only the components of the verified pairs matter, so a pair whose groups are already joined is not
    verified, nor a pair of two stored groups (settled when the later was added); a new group is first
    tried against one member of each stored component in its bucket (:meth:`DedupIndex._link`), which
@@ -60,7 +62,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import compiled, lsh, settings
-from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component
+from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
 from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
@@ -119,11 +121,11 @@ _ONE_BY_ONE = 64
 # one-item path (bench_families.py: one add() into a family of 20,000 took 2.07 s verifying every
 # candidate, 0.16-0.19 s the other way).
 _FEW_CANDIDATES = 64
+# Components reclustered at a time by _recluster_deferred (their storage reads made together:
+# DedupIndex._cluster_components), so that the shingle sets read stay those of one block.
+_CLUSTER_BLOCK = 256
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
-# A block of at most this many pairs is verified by the compiled kernel (rag_dedup.compiled.index), without
-# the upper bound first: for so few pairs the bound's fixed cost is more than the exact Jaccard's.
-_KERNEL_PAIRS = 64
 
 Kind = Literal["unique", "exact", "near"]
 
@@ -646,10 +648,17 @@ class DedupIndex:
             fresh_keys = band_keys[fresh]
             # The buckets of the new groups, each once, with the stored groups in them (asked before the
             # new ones are filed, so a group does not find itself).
+            pairs: list[tuple[int, int]] = []
             if fresh_keys.size <= _FEW_KEYS:
                 few = self._lookup_few(fresh_keys)
                 new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
                 buckets = [(old, [new_gids[row] for row in rows]) for old, rows in few]
+            elif compiled.COMPILED and isinstance(storage, MemoryStorage):
+                # One kernel call (rag_dedup.compiled.batch.batch_buckets): the two-group buckets come
+                # as the pairs _link would make of them, the others as buckets.
+                found = storage.bands.batch_buckets(fresh_keys)
+                new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
+                pairs, buckets = _kernel_buckets(found, new_gids)
             else:
                 slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
                 new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
@@ -667,7 +676,7 @@ class DedupIndex:
             shingles = dict(zip(new_gids, fresh_sets))
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
-            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous)
+            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous, pairs=pairs)
 
         storage.run_batch(store)
 
@@ -724,8 +733,12 @@ class DedupIndex:
         node_of: Mapping[int, Any],
         shingles: dict[int, np.ndarray],
         uf: UnionFind[Any],
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> None:
         """Join in ``uf`` every pair of groups that shares a bucket and has J >= threshold: the edges.
+
+        ``pairs`` are buckets of two groups given as the pair this makes of one (``(new, old)``, or
+        ``(new, new)`` without an old group: what :func:`_kernel_buckets` lists), before ``buckets``.
 
         Each bucket is ``(old, new)``: groups whose pairs among themselves are already settled (stored
         groups: their pairs were verified when the later of the two was added, so their components
@@ -749,7 +762,7 @@ class DedupIndex:
         # is left to the pass below, which lists it only if the two are still apart. In a family
         # of near-identical texts, whose groups share ~b buckets, that is one verification a new
         # group instead of ~b.
-        pairs: list[tuple[int, int]] = []
+        pairs = list(pairs)
         probes: dict[tuple[int, Any], int] = {}
         prepared = []
         for old, new in buckets:
@@ -806,8 +819,10 @@ class DedupIndex:
         when their block starts, are skipped; shingle sets
         not in ``shingles`` are read from the storage (and kept there).
 
-        Before the exact Jaccard, :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair
-        of a block an upper bound from bucket counts, in bulk; a pair whose bound is below the
+        On the numpy reference path, before the exact Jaccard,
+        :func:`~rag_dedup.similarity.jaccard_upper_bounds` gives every pair of a block an upper bound
+        from bucket counts, in bulk (the compiled path computes every pair's exact Jaccard with
+        :func:`~rag_dedup.compiled.index.pair_jaccard`, which costs no more than the bound); a pair whose bound is below the
         threshold has an exact Jaccard below it too. LSH proposes every pair that shares a band, and
         on real text most share little else (licence boilerplate, changelog lines): at 21 bands of 6
         rows a pair with J = 0.5 is a candidate with probability 0.28. The bound is a bound, not an
@@ -834,10 +849,12 @@ class DedupIndex:
                 shingles.update(zip(missing, self.storage.group_shingles(missing)))
             row = {g: i for i, g in enumerate(ids)}
             sets = [shingles[g] for g in ids]
-            if len(block) <= _KERNEL_PAIRS and compiled.COMPILED:
-                # A few pairs (one add's candidates): their exact Jaccard at once, without the bound,
-                # which costs more than it saves for so few; the same decisions (the bound only skips
-                # pairs whose exact Jaccard is below the threshold).
+            if compiled.COMPILED:
+                # The compiled kernel: every pair's exact Jaccard at once, without the bound (a merge of
+                # two sorted sets costs about what the bound's bucket counts cost a pair in numpy, so
+                # the bound saves nothing here: 1.4 against 2.8 us a chunk for the verification of
+                # add_many's blocks of 1,000, bench_stream.py's chunks); the same decisions (the bound
+                # only skips pairs whose exact Jaccard is below the threshold).
                 left_rows, right_rows = [row[a] for a, _ in block], [row[b] for _, b in block]
                 for (a, b), sim in zip(block, pair_jaccard(sets, left_rows, right_rows)):
                     if sim >= self.threshold:
@@ -860,12 +877,15 @@ class DedupIndex:
         shingles: dict[int, np.ndarray],
         fresh_items: Mapping[str, ItemRecord],
         previous: dict[str, str] | None = None,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> None:
         """Verify the candidates of new groups, merge components, and recluster what changed.
 
         ``buckets`` are the buckets of the new groups that hold another group, each as (stored
-        groups, new groups); ``shingles`` holds the new groups' sets. ``previous``, when given,
-        receives the representative each reclustered key had before (a key already there is kept).
+        groups, new groups), and ``pairs`` more such buckets of two groups, each as the pair
+        ``(new group, the other)`` (see :meth:`_link`); ``shingles`` holds the new groups' sets.
+        ``previous``, when given, receives the representative each reclustered key had before
+        (a key already there is kept).
         """
         storage = self.storage
         new_groups = set(shingles)
@@ -873,15 +893,23 @@ class DedupIndex:
         # verify, merge or store (most texts of a corpus take this path).
         new_items = Counter(rec.gid for rec in fresh_items.values())
         in_bucket = {g for _, new in buckets for g in new}
+        in_bucket.update(g for pair in pairs for g in pair)
         touched = [g for g in touched if g in in_bucket or g not in new_groups or new_items[g] > 1]
         if not touched:
             return
-        olds = sorted({g for old, _ in buckets for g in old} | {g for g in touched if g not in new_groups})
+        olds = sorted(
+            {g for old, _ in buckets for g in old}
+            | {b for _, b in pairs if b not in new_groups}
+            | {g for g in touched if g not in new_groups}
+        )
         node_of = dict(zip(olds, storage.component_ids(olds)))
         uf: UnionFind[Any] = UnionFind(node_of.values())
-        for g in new_groups:
+        # The new groups that can be joined or need placing: those in a bucket (all touched) and the
+        # other touched ones; the rest stay clusters of their own and need no element in uf.
+        active = [g for g in touched if g in new_groups]
+        for g in active:
             uf.add(g)
-        self._link(buckets, node_of, shingles, uf)
+        self._link(buckets, node_of, shingles, uf, pairs)
         # The components that hold a touched group: stored ones read whole, joined by the new edges.
         first_of: dict[Any, int] = {}
         for g, n in node_of.items():
@@ -889,7 +917,7 @@ class DedupIndex:
         find = uf.find
         wanted = {find(node_of.get(g, g)) for g in touched}
         nodes_of: dict[Any, list[Any]] = {}
-        for n in [*first_of, *new_groups]:
+        for n in [*first_of, *active]:
             r = find(n)
             if r in wanted:
                 nodes_of.setdefault(r, []).append(n)
@@ -900,24 +928,29 @@ class DedupIndex:
             for ns in nodes_of.values()
         ]
         storage.set_components([comp for comp, joined in merged if joined])
-        keys: list[str] = []
-        clusters: list[ClusterEntry] = []
+        singles = [min(comp) for comp, _ in merged if len(comp) == 1]
+        found = storage.group_items(singles) if singles else []
+        alone = {g for g, members in zip(singles, found) if len(members) == 1 and members[0] in fresh_items}
+        # Each component's clusters in the order of merged (what set_clusters writes, in that order): a
+        # list of keys and clusters already placed, or the sorted groups of one to cluster (batched).
+        parts: list[tuple[list[str], list[ClusterEntry]] | list[int]] = []
         for comp, joined in merged:
-            if len(comp) == 1:
-                (g,) = comp
-                members = storage.group_items([g])[0]
-                if len(members) == 1 and members[0] in fresh_items:
-                    continue  # a new text alone in a new group: a cluster of its own, nothing stored
+            if len(comp) == 1 and min(comp) in alone:
+                continue  # a new text alone in a new group: a cluster of its own, nothing stored
             if self._deferred is not None:
                 self._deferred.add(min(comp))  # reclustered after the call's last batch
                 continue
             if not joined and not comp & new_groups:
                 placed = self._place_exact_copies(comp, fresh_items)
                 if placed is not None:
-                    keys.extend(placed[0])
-                    clusters.extend(placed[1])
+                    parts.append(placed)
                     continue
-            comp_keys, comp_clusters = self._cluster_component(sorted(comp), shingles)
+            parts.append(sorted(comp))
+        clustered = iter(self._cluster_components([p for p in parts if type(p) is list], shingles))
+        keys: list[str] = []
+        clusters: list[ClusterEntry] = []
+        for part in parts:
+            comp_keys, comp_clusters = next(clustered) if type(part) is list else part
             keys.extend(comp_keys)
             clusters.extend(comp_clusters)
         self._store_clusters(keys, clusters, previous)
@@ -955,10 +988,11 @@ class DedupIndex:
                 comps.setdefault(min(comp), frozenset(comp))
             keys: list[str] = []
             clusters: list[ClusterEntry] = []
-            for comp in comps.values():
-                comp_keys, comp_clusters = self._cluster_component(sorted(comp), {})
-                keys.extend(comp_keys)
-                clusters.extend(comp_clusters)
+            ordered = [sorted(comp) for comp in comps.values()]
+            for lo in range(0, len(ordered), _CLUSTER_BLOCK):  # the shingle sets read of one block at a time
+                for comp_keys, comp_clusters in self._cluster_components(ordered[lo : lo + _CLUSTER_BLOCK], {}):
+                    keys.extend(comp_keys)
+                    clusters.extend(comp_clusters)
             self._store_clusters(keys, clusters, previous)
 
     def _place_exact_copies(
@@ -1036,6 +1070,40 @@ class DedupIndex:
             items[g].append(m)
             group_of[m.key] = g
         return keys, _cluster_two(items, group_of, a, b, sim, self.drift_floor, self.policy)
+
+    def _cluster_components(
+        self, comps: Sequence[Sequence[int]], shingles: dict[int, np.ndarray]
+    ) -> list[tuple[list[str], list[ClusterEntry]]]:
+        """:meth:`_cluster_component` of each component (its sorted groups), in order, with the storage
+        reads of the small ones (no kept :class:`~rag_dedup.clusters.Family`) made once for all of
+        them: their keys, records and missing shingle sets (a batch reclusters a hundred or more
+        small components; four reads each cost more than their clustering)."""
+        small = [comp for comp in comps if len(comp) < _FAMILY_MIN]
+        if not small:
+            return [self._cluster_component(comp, shingles) for comp in comps]
+        storage = self.storage
+        gids = [g for comp in small for g in comp]
+        group_keys = storage.group_items(gids)
+        keys_of = dict(zip(gids, group_keys))
+        flat = [k for ks in group_keys for k in ks]
+        record_of = dict(zip(flat, storage.get_items(flat)))
+        missing = [g for g in gids if g not in shingles]
+        if missing:
+            shingles.update(zip(missing, storage.group_shingles(missing)))
+        small_keys: list[list[str]] = []
+        small_members: list[list[tuple[Member, int]]] = []
+        for comp in small:
+            keys = [k for g in comp for k in keys_of[g]]
+            members = []
+            for key in keys:
+                rec = record_of[key]
+                if rec is None:
+                    raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
+                members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+            small_keys.append(keys)
+            small_members.append(members)
+        placed = iter(zip(small_keys, cluster_components(small_members, shingles, self.drift_floor, self.policy)))
+        return [self._cluster_component(comp, shingles) if len(comp) >= _FAMILY_MIN else next(placed) for comp in comps]
 
     def _family(self, gids: Sequence[int]) -> Family | None:
         """The kept :class:`~rag_dedup.clusters.Family` to cluster the component ``gids`` with, or None.
@@ -1379,6 +1447,29 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _kernel_buckets(
+    found: tuple[np.ndarray, ...], new_gids: Sequence[int]
+) -> tuple[list[tuple[int, int]], list[tuple[list[int], list[int]]]]:
+    """:func:`~rag_dedup.compiled.batch.batch_buckets`'s answer for the new groups ``new_gids`` (by row)
+    as :meth:`DedupIndex._link` takes it: its two-group buckets as pairs (each once, in the order
+    first listed: a near-duplicate shares most bands with its original), and the others as
+    ``(stored gids, new gids)``, what :func:`_buckets` gives of them, in its order."""
+    left, right, right_is_row, old_bounds, old_gids, new_bounds, new_rows = found
+    gid_of = np.asarray(new_gids, dtype=np.int64)
+    pairs: list[tuple[int, int]] = []
+    if len(left):
+        a = gid_of[left]
+        b = np.where(right_is_row, gid_of[np.where(right_is_row, right, 0)], right)
+        packed = (a << 32) | b  # group ids are non-negative int32
+        _, first = np.unique(packed, return_index=True)
+        first.sort()
+        pairs = list(zip(a[first].tolist(), b[first].tolist()))
+    old_list, old_at = old_gids.tolist(), old_bounds.tolist()
+    new_list, new_at = gid_of[new_rows].tolist(), new_bounds.tolist()
+    buckets = [(old_list[old_at[k] : old_at[k + 1]], new_list[new_at[k] : new_at[k + 1]]) for k in range(len(old_at) - 1)]
+    return pairs, buckets
 
 
 def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mapping[str, str]) -> Match:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rag_dedup.index as index_module
-from rag_dedup import DedupIndex, jaccard
+from rag_dedup import DedupIndex, compiled, jaccard
 from rag_dedup.shingles import shingle_hashes_many
 from rag_dedup.similarity import jaccard_pairs, jaccard_upper_bounds
 from rag_dedup.storage.base import Storage
@@ -108,17 +108,21 @@ def test_bound_of_no_pairs() -> None:
 
 def test_filtered_index_equals_verifying_every_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference path (every LSH candidate verified exactly: the filter switched off by a bound
-    of 1.0) gives the same clusters, representatives and similarities as the filtered bulk path."""
+    of 1.0) gives the same clusters, representatives and similarities as the filtered bulk path (the
+    numpy path's), and as the compiled path (every candidate's exact Jaccard by the kernel, no bound)."""
     base = list(chunks())
     rng = random.Random(8)
     items = base + [(f"near/{i}", edited(t, rng.uniform(0.0, 0.2), seed=i)) for i, (_, t) in enumerate(rng.sample(base, 80))]
     keys = [k for k, _ in items]
+    kernel = DedupIndex(threshold=0.8)
+    kernel.add_many(items)
+    monkeypatch.setattr(compiled, "COMPILED", False)
     filtered = DedupIndex(threshold=0.8)
     filtered.add_many(items)
     monkeypatch.setattr(index_module, "jaccard_upper_bounds", lambda sets, left, right: np.ones(len(left)))
     reference = DedupIndex(threshold=0.8)
     reference.add_many(items)
-    assert filtered.matches(keys) == reference.matches(keys)
+    assert filtered.matches(keys) == reference.matches(keys) == kernel.matches(keys)
     assert sum(m.duplicate_of is not None for m in filtered.matches(keys)) >= 40
 
 

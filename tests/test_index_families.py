@@ -106,10 +106,11 @@ def test_a_big_family_verifies_a_few_pairs_a_member(monkeypatch: pytest.MonkeyPa
     (A text that joins nothing is compared with every member it shares a bucket with: that is exact.)"""
     items = [(k, t) for k, t in bsd_family() if k.startswith("bsd/")]
     verified: list[int] = []
-    bound = index_module.jaccard_upper_bounds
-    monkeypatch.setattr(
-        index_module, "jaccard_upper_bounds", lambda sets, left, right: (verified.append(len(left)), bound(sets, left, right))[1]
-    )
+    for name in ("jaccard_upper_bounds", "pair_jaccard"):  # the numpy path's first step, the compiled path's
+        plain = getattr(index_module, name)
+        monkeypatch.setattr(
+            index_module, name, lambda sets, left, right, _plain=plain: (verified.append(len(left)), _plain(sets, left, right))[1]
+        )
     index = DedupIndex(threshold=0.8)
     index.add_many(items)
     index.add("one-more", items[0][1] + " All rights reserved.")
@@ -150,8 +151,11 @@ def test_add_many_clusters_a_component_once_however_many_batches_grow_it(monkeyp
     whole = DedupIndex(threshold=0.8)
     whole.add_many(items)
     sizes: list[int] = []
-    clustering = index_module.cluster_component
+    clustering, clustering_many = index_module.cluster_component, index_module.cluster_components
     monkeypatch.setattr(index_module, "cluster_component", lambda members, *a: (sizes.append(len(members)), clustering(members, *a))[1])
+    monkeypatch.setattr(
+        index_module, "cluster_components", lambda comps, *a: (sizes.extend(map(len, comps)), clustering_many(comps, *a))[1]
+    )
     monkeypatch.setattr(index_module, "_BATCH", 50)
     index = DedupIndex(threshold=0.8)
     index.add_many(items)

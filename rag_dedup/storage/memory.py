@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rag_dedup import compiled
+from rag_dedup.compiled.batch import batch_buckets, key_order, mark_filter, merge_entries
 from rag_dedup.compiled.index import _GOLDEN, band_lookup, buffer_file, row_lookup_file
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
@@ -328,6 +329,15 @@ class BandTable:
                         row = i // b
                         found.update((row, g) for g in memoryview(level_gids)[lo:hi].tolist())
 
+    def batch_buckets(self, keys: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The buckets of a batch's ``(n, b)`` band keys, as :func:`~rag_dedup.compiled.batch.batch_buckets`
+        returns them (the compiled path of ``DedupIndex._add_batch``; the buffer is merged into the runs
+        first, which changes no answer)."""
+        self._flush_buffer()
+        dead = np.array(sorted(self._dead), dtype=np.int64)
+        flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+        return batch_buckets(flat, int(keys.shape[1]), self._filter, self._filter_mask, self._levels(), dead)  # type: ignore[no-any-return]
+
     def query_row(self, keys: np.ndarray) -> set[int]:
         """The groups filed under any of ``keys`` (the band keys of one ``add``: a 1-D uint64 array).
 
@@ -428,6 +438,9 @@ class BandTable:
     def _mark(self, keys: np.ndarray) -> None:
         """Set the filter bit of every key (one bit position at a time: a repeated byte index then
         writes the same value, which a fancy assignment may; ``np.bitwise_or.at`` is slower)."""
+        if compiled.COMPILED:
+            mark_filter(self._filter, self._filter_mask, np.ascontiguousarray(keys, dtype=np.uint64))
+            return
         slots = keys & self._filter_mask
         byte = slots >> np.uint64(3)
         bit = (slots & np.uint64(7)).astype(np.uint8)
@@ -447,7 +460,7 @@ class BandTable:
 
     def _add(self, keys: np.ndarray, gids: np.ndarray) -> None:
         self._typed = None
-        order = np.argsort(keys, kind="stable")
+        order = key_order(np.ascontiguousarray(keys, dtype=np.uint64)) if compiled.COMPILED else np.argsort(keys, kind="stable")
         keys, gids = keys[order], gids[order]
         bounds = np.searchsorted(keys >> self._SHARD_SHIFT, np.arange(17, dtype=np.uint64)).tolist()
         for shard, run in enumerate(self._runs):
@@ -495,6 +508,8 @@ def _merge(ak: np.ndarray, ag: np.ndarray, bk: np.ndarray, bg: np.ndarray) -> tu
     """Merge two key-sorted tables into one (O(len(a) + len(b)) with one new array each)."""
     if len(ak) == 0:
         return bk, bg
+    if compiled.COMPILED:  # one pass (rag_dedup.compiled.batch); below, the numpy reference
+        return merge_entries(ak, ag, bk, bg)  # type: ignore[no-any-return]
     # b's entries land after the equal keys of a, in their order: entry i of b at position pos_i + i.
     at = np.searchsorted(ak, bk, side="right")
     at += np.arange(len(bk))
@@ -587,7 +602,7 @@ class MemoryStorage(Bookkeeping):
     # over this backend's own dicts and lists, without the table dispatch of the primitives
     def put_items(self, items: Mapping[str, ItemRecord]) -> None:
         if len(items) != 1:
-            super().put_items(items)
+            self._put_many_items(items)
             return
         ((key, rec),) = items.items()
         self._items[key] = rec
@@ -629,7 +644,7 @@ class MemoryStorage(Bookkeeping):
 
     def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
         if len(digests) != 1 or len(shingles) != 1 or len(band_keys) != 1:
-            return super().create_groups(digests, shingles, band_keys)
+            return self._create_many_groups(digests, shingles, band_keys)
         gid = len(self._shingles)  # _new_group_ids(1), then the group's columns and digest written
         digest = bytes(digests[0])
         self._digests.append(digest)
@@ -659,6 +674,33 @@ class MemoryStorage(Bookkeeping):
         if stored.source is not None:
             self._add(_SOURCES, ((stored.source, key),))
         return stored, candidates
+    # --- the same domain calls for many items or groups (add_many's batches): the Bookkeeping rule over
+    # this backend's dicts and lists at once, without a primitive's dispatch and dict per table
+    def _put_many_items(self, items: Mapping[str, ItemRecord]) -> None:
+        """:meth:`Bookkeeping.put_items <rag_dedup.storage.bookkeeping.Bookkeeping.put_items>` of many items."""
+        self._items.update(items)
+        sourced = [(rec.source, key) for key, rec in items.items() if rec.source is not None]
+        if sourced:
+            self._add(_SOURCES, sourced)
+        self._add(_GROUP_ITEMS, [(rec.gid, key) for key, rec in items.items() if rec.gid != EMPTY_GROUP])
+
+    def _create_many_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        """:meth:`Bookkeeping.create_groups <rag_dedup.storage.bookkeeping.Bookkeeping.create_groups>` of
+        any number of groups: ids, digests, shingles as ``bytes``, empty member sets, bucket entries."""
+        n = len(digests)
+        if n != len(shingles) or n != len(band_keys):
+            raise ValueError(f"create_groups: {n} digests, {len(shingles)} shingle arrays, {len(band_keys)} band-key rows")
+        if n == 0:
+            return []
+        first = len(self._shingles)
+        gids = list(range(first, first + n))
+        kept = [bytes(d) for d in digests]
+        self._digests.extend(kept)
+        self._shingles.extend(np.asarray(sh).astype(np.uint32, copy=False).tobytes() for sh in shingles)
+        self._group_items.extend([None] * n)
+        self._digest_to_gid.update(zip(kept, gids))
+        self._bands.insert(gids, np.asarray(band_keys, dtype=np.uint64).reshape(n, -1))
+        return gids
 
     # --- metadata
     def load_meta(self) -> dict[str, Any] | None:
