@@ -97,26 +97,32 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns two blobs: for each row
-#: whose buckets hold a group, its number in the blob and the byte length of its buckets' values
-#: concatenated (two '<u4' each); and those values concatenated, row after row (group ids as '<u4', a
-#: group once per shared bucket). Most buckets a batch asks about are empty: the reply is two bulk
-#: strings, not one per row (which redis-py parses at several microseconds each). A value that is not
-#: whole '<u4' ids is returned alone as a third element instead (the storage names the damage).
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (16 hex digits each). Returns two blobs: for each
+#: band key whose bucket holds a group, its number in the blob and the byte length of its bucket's value
+#: (two '<u4' each); and those values concatenated, key after key (group ids as '<u4'). Most buckets a
+#: batch asks about are empty: the reply is two bulk strings, not one per key (which redis-py parses at
+#: several microseconds each). A value that is not whole '<u4' ids is returned alone as a third element
+#: instead (the storage names the damage). Keys of one bucket hash that come together in the blob (the
+#: storage sends them sorted: a hash's keys are then contiguous) are read with one HMGET, split every
+#: 2,000 fields, as BUCKETS_ADD writes them: a ``redis.call`` costs the server more than the field's lookup.
 BUCKET_LOOKUP = """
-local pfx, blob, b = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local pfx, blob = ARGV[1], ARGV[2]
+local n, i = #blob / 16, 0
 local heads, parts, h, k = {}, {}, 0, 0
-for r = 0, #blob / (16 * b) - 1 do
-  local size = 0
-  for j = 0, b - 1 do
-    local p = (r * b + j) * 16 + 1
-    local v = redis.call('hget', pfx .. string.sub(blob, p, p + 2), string.sub(blob, p + 3, p + 15))
+while i < n do
+  local hk = string.sub(blob, i * 16 + 1, i * 16 + 3)
+  local names, m, first = {}, 0, i
+  while i < n and m < 2000 and string.sub(blob, i * 16 + 1, i * 16 + 3) == hk do
+    m = m + 1; names[m] = string.sub(blob, i * 16 + 4, i * 16 + 16); i = i + 1
+  end
+  local values = redis.call('hmget', pfx .. hk, unpack(names, 1, m))
+  for t = 1, m do
+    local v = values[t]
     if v then
       if #v % 4 ~= 0 then return {'', '', v} end
-      k = k + 1; parts[k] = v; size = size + #v
+      k = k + 1; parts[k] = v; h = h + 1; heads[h] = struct.pack('<I4I4', first + t - 1, #v)
     end
   end
-  if size > 0 then h = h + 1; heads[h] = struct.pack('<I4I4', r, size) end
 end
 return {table.concat(heads, '', 1, h), table.concat(parts, '', 1, k)}
 """
@@ -147,5 +153,5 @@ def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> lis
 
 
 def row_blob(rows: np.ndarray) -> str:
-    """Rows of band keys as one hex blob for BUCKET_LOOKUP."""
+    """Band keys (any shape, read in row order) as one hex blob for BUCKET_LOOKUP."""
     return np.ascontiguousarray(rows, dtype=">u8").tobytes().hex()

@@ -20,9 +20,12 @@ from rag_dedup.storage.redis import connection, keys, scripts
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
 from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
-from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
+from rag_dedup.storage.redis.overlay import Batch, Overlay
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
+
+#: Band keys per BUCKET_LOOKUP call (a 1 MB blob; the 21 buckets of ~3,000 new groups in one call).
+LOOKUP_KEYS = 65536
 
 #: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
 #: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
@@ -449,38 +452,39 @@ class RedisStorage(Bookkeeping):
         if optimistic and n and b:
             batch.read_bands.append(rows.reshape(-1).copy())  # type: ignore[union-attr]
         if n and b and (batch is None or not batch.dropped):
-            # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
-            # removals; every other row comes back as the concatenation of its buckets. A row of one
-            # bucket that an earlier attempt of this batch read, and nobody wrote since, is not read again.
+            # Every bucket is read by itself (BUCKET_LOOKUP answers per band key), its band keys sorted
+            # so that the keys of one bucket hash are read together; what this batch took out of a
+            # bucket is then taken out of what was read. A row of one bucket that an earlier attempt of
+            # this batch read, and nobody wrote since, is not read again.
             rems = batch.unfiled if batch is not None else {}
             cached = np.empty(0, dtype=np.int64)
             if batch is not None and b == 1 and len(batch.seen_buckets):
                 cached, cached_rows, cached_gids = batch.seen_buckets.lookup(rows[:, 0])
-            flat = rows.reshape(-1).tolist() if rems else []
             todo = np.ones(n, dtype=bool)
             todo[cached] = False
-            apart = [i for i in range(n) if rems and todo[i] and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
-            todo[apart] = False
-            together = np.flatnonzero(todo)
-            per_call = max(1, CHUNK // b)
-            parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
-            singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
+            asked = np.flatnonzero(todo)
+            flat = rows[asked].reshape(-1)  # key j is of row asked[j // b]
+            order = np.argsort(flat, kind="stable")
+            ordered = flat[order]
+            parts = [slice(i, i + LOOKUP_KEYS) for i in range(0, len(ordered), LOOKUP_KEYS)]
             prefix = self.keys.bucket_prefix
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b)
-                if len(singles):
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(ordered[part]))
 
             replies = self._overlay.pipeline(build, tracked=True)
             keep = optimistic and b == 1
             for part, reply in zip(parts, replies):
                 at, found = self._bucket_ids(reply)
-                row_parts.append(part[at])
-                gid_parts.append(found)
                 if keep:
-                    batch.bucket_replies.append((rows[part, 0], at, found))  # type: ignore[union-attr]
+                    batch.bucket_replies.append((ordered[part], at, found))  # type: ignore[union-attr]
+                where = order[part.start + at]
+                if rems:  # take out what this batch took out of those buckets
+                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(flat[where].tolist(), found.tolist())], dtype=bool)
+                    where, found = where[kept], found[kept]
+                row_parts.append(asked[where // b])
+                gid_parts.append(found)
             if len(cached):
                 if rems:  # take out what this batch took out of those buckets
                     keys_of = rows[cached_rows, 0].tolist()
@@ -488,17 +492,6 @@ class RedisStorage(Bookkeeping):
                     cached_rows, cached_gids = cached_rows[kept], cached_gids[kept]
                 row_parts.append(cached_rows)
                 gid_parts.append(cached_gids)
-            if len(singles):
-                at, found = self._bucket_ids(replies[len(parts)])
-                if keep:
-                    batch.bucket_replies.append((singles, at, found))  # type: ignore[union-attr]
-                kept = np.ones(len(found), dtype=bool)
-                for i, (j, g) in enumerate(zip(at.tolist(), found.tolist())):
-                    gone = rems.get(int(singles[j]))
-                    if gone and g in gone:
-                        kept[i] = False
-                row_parts.append(np.asarray(apart, dtype=np.int64)[at[kept] // b])
-                gid_parts.append(found[kept])
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
@@ -514,7 +507,7 @@ class RedisStorage(Bookkeeping):
         return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _bucket_ids(self, reply: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """A BUCKET_LOOKUP reply as (row number in its blob of each group id found, the group ids).
+        """A BUCKET_LOOKUP reply as (number in its blob of the band key of each group id found, the group ids).
 
         Raises:
             CorruptIndexError: A bucket holds a value that is not whole '<u4' group ids.
