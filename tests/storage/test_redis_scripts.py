@@ -93,3 +93,44 @@ def test_linear_packer_refuses_what_redis_py_refuses() -> None:
     encode = redis.Redis().connection_pool.get_encoder().encode
     with pytest.raises(redis.DataError):
         LinearPacker(encode).pack("SET", b"k", None)
+
+
+def _buckets(client: redis.Redis, prefix: bytes) -> dict[bytes, dict[bytes, bytes]]:
+    return {k[len(prefix) :]: client.hgetall(k) for k in client.keys(prefix + b"*")}
+
+
+def test_a_commit_sets_the_buckets_it_read_to_what_appending_gives(redis_url: str) -> None:
+    """The buckets a batch read (and took nothing out of) are written whole by BUCKETS_SET, the others
+    appended to by BUCKETS_ADD: Redis ends up holding what appending every pair gives, byte for byte
+    (ids in the order filed, after those stored), for read buckets empty or not, filled by several
+    pairs, in one bucket hash past the 2,000-field split, and for a bucket the batch took an id out of."""
+    from rag_dedup.storage.redis.overlay import Batch, _bucket_values
+
+    client = redis.Redis.from_url(redis_url)
+    ours, theirs = b"test-set:ours:", b"test-set:theirs:"
+    rng = np.random.default_rng(11)
+    same_hash = (np.uint64(0xDEF) << np.uint64(52)) | rng.integers(0, 2**52, 2600, dtype=np.uint64)
+    keys = np.concatenate([same_hash, rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64)])
+    stored_keys = keys[::2]
+    stored_gids = rng.integers(0, 2**32 - 1, len(stored_keys), dtype=np.uint64)
+    for prefix in (ours, theirs):
+        for hexes, raw in scripts.pair_blobs(stored_keys, stored_gids):
+            client.eval(scripts.BUCKETS_ADD, 0, prefix, hexes, raw)
+    batch = Batch(token=None)
+    read = keys[: 3 * len(keys) // 4]  # read: stored buckets and empty ones; the last quarter unread
+    at, found, _ = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, ours, scripts.row_blob(np.sort(read))))
+    batch.bucket_replies.append((np.sort(read), at, found))
+    filed = np.concatenate([keys, keys[:300]])  # some buckets receive two ids
+    gids = rng.integers(0, 2**32 - 1, len(filed), dtype=np.uint64)
+    batch.unfile(int(stored_gids[0]), [int(stored_keys[0])])  # taken out of a read bucket: appended to, not set
+    known, (rest_keys, rest_gids) = _bucket_values(batch, filed, gids)
+    assert known and 0 < len(rest_keys) < len(filed)
+    assert int(stored_keys[0]) in set(rest_keys.tolist())
+    for hexes, lens, raw in known:
+        client.eval(scripts.BUCKETS_SET, 0, ours, hexes, lens, raw)
+    for hexes, raw in scripts.pair_blobs(rest_keys, rest_gids):
+        client.eval(scripts.BUCKETS_ADD, 0, ours, hexes, raw)
+    for hexes, raw in scripts.pair_blobs(filed, gids):
+        client.eval(scripts.BUCKETS_ADD, 0, theirs, hexes, raw)
+    assert _buckets(client, ours) == _buckets(client, theirs)
+    client.delete(*client.keys(b"test-set:*"))

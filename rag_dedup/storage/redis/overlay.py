@@ -560,9 +560,13 @@ class Overlay:
             np.array([k for k, _ in unfiled], dtype=np.uint64),
             np.array([g for _, g in unfiled], dtype=np.uint64),
         )
-        for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
-            for hexes, raw in scripts.pair_blobs(keys, gids):
-                pipe.eval(script, 0, bucket_prefix, hexes, raw)
+        for hexes, raw in scripts.pair_blobs(*removals):
+            pipe.eval(scripts.BUCKETS_REM, 0, bucket_prefix, hexes, raw)
+        known, (keys, gids) = _bucket_values(batch, *batch.filed_pairs())
+        for hexes, lens, raw in known:
+            pipe.eval(scripts.BUCKETS_SET, 0, bucket_prefix, hexes, lens, raw)
+        for hexes, raw in scripts.pair_blobs(keys, gids):
+            pipe.eval(scripts.BUCKETS_ADD, 0, bucket_prefix, hexes, raw)
         for key, value in batch.strings.items():
             if value is None:
                 pipe.delete(key)
@@ -773,6 +777,40 @@ class Overlay:
                 self.client.unlink(*doomed)
         except CONNECTION_ERRORS as exc:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
+
+
+def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[list[tuple[str, bytes, bytes]], tuple[np.ndarray, np.ndarray]]:
+    """The batch's filed (band key, group id) pairs split in two: the buckets whose value in Redis the
+    batch knows, as their new values (``scripts.set_blobs``, for BUCKETS_SET), and the other pairs (for
+    BUCKETS_ADD).
+
+    The batch knows a bucket it read (in this attempt, or in an earlier one and checked since) and took
+    no group out of. Its commit goes through only if no commit since wrote what it read (optimistic),
+    or while it holds the lock: either way the bucket is, at the commit, what was read, and the new
+    value (what was read, then the batch's ids in the order filed) is what BUCKETS_ADD would make of it.
+    """
+    if not len(keys) or batch.dropped or not (batch.bucket_replies or len(batch.seen_buckets)):
+        return [], (keys, gids)
+    known = BucketCache()
+    known.keys, known.starts, known.gids = batch.seen_buckets.keys, batch.seen_buckets.starts, batch.seen_buckets.gids
+    known.add(batch.bucket_replies)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    found, stored_rows, stored = known.lookup(distinct)
+    blind = np.zeros(len(distinct), dtype=bool)
+    blind[found] = True
+    taken = [k for k, gone in batch.unfiled.items() if gone]
+    if taken:
+        blind &= ~_among(distinct, np.sort(np.array(taken, dtype=np.uint64)))
+    if not blind.any():
+        return [], (keys, gids)
+    mine = blind[inverse]
+    old = blind[stored_rows]
+    rows = np.concatenate([stored_rows[old], inverse[mine]])
+    values = np.concatenate([stored[old].astype(np.int64), gids[mine].astype(np.int64)])[np.argsort(rows, kind="stable")]
+    counts = np.bincount(rows, minlength=len(distinct))[blind]
+    starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return scripts.set_blobs(distinct[blind], starts, values), (keys[~mine], gids[~mine])
 
 
 def _take_cache(old: Batch, new: Batch) -> None:
