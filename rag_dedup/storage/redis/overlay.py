@@ -159,6 +159,9 @@ class Batch:
     #: The namespace's commit count that what this batch read is checked from (optimistic only).
     commits: int = -1
     read_all: bool = False  # it read something the read set cannot name (a scan, a count): any commit conflicts
+    #: A check found commits since it started that the log no longer holds (a drop logs none): what
+    #: this attempt handed out (group ids) may belong to a namespace that is gone.
+    gap: bool = False
     read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read
     # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
     # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
@@ -659,6 +662,7 @@ class Overlay:
         if covered and not entries:
             return False
         if not covered or batch.read_all or any(len(e) % 8 for e in entries):
+            batch.gap = batch.gap or not covered
             self._forget(batch, None)
             return True
         written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -135,6 +136,9 @@ class RedisStorage(Bookkeeping):
         self.conflicts = 0
         #: Batches that ran under the lock after OPTIMISTIC_ATTEMPTS refused attempts.
         self.fallbacks = 0
+        # What the attempts of this thread's run_batch share: attempt_memo, and the group ids handed out
+        # (digest -> id), None outside one; the ids create_groups hands out next.
+        self._attempt = threading.local()
         self._lock = NamespaceLock(
             self._client, self.keys.lock, namespace=namespace, url=url, timeout=self.lock_timeout, wait=self.lock_wait
         )
@@ -196,7 +200,12 @@ class RedisStorage(Bookkeeping):
         was written by another commit meanwhile (see :mod:`~rag_dedup.storage.redis.overlay`).
 
         A refused attempt is run again, reading afresh only what the other commits wrote (the rest of
-        what it read is kept); after ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
+        what it read is kept), and with the group ids the refused attempt handed out (each new digest
+        keeps its id; ids are never shared with another worker, so an id that an attempt did not commit
+        is still this batch's). Meanwhile :attr:`attempt_memo` is a dict that ``body`` may keep pure
+        results in, keyed by everything they depend on read from this storage (group ids included: an
+        id names one group, with one set of shingles, for as long as the dict lives; it is emptied
+        when a gap in the commit log says that the namespace may have been dropped meanwhile). After ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
         lock, where nothing can refuse it, so it never livelocks. ``body`` may therefore run several
         times: it must only read and write this storage, from the same inputs each time. Inside
         another batch (an open :meth:`lock`), it simply joins it. The lock stays the serialisation
@@ -213,9 +222,25 @@ class RedisStorage(Bookkeeping):
             with self.lock():
                 body()
             return
+        shared = self._attempt
+        shared.memo, shared.reserved = {}, {}
+        try:
+            self._attempts(body)
+        finally:
+            shared.memo = shared.reserved = None
+
+    @property
+    def attempt_memo(self) -> dict[Any, Any] | None:
+        """Inside :meth:`run_batch` (in the thread running it), a dict that the attempts of the batch
+        share (see there); None elsewhere."""
+        return getattr(self._attempt, "memo", None)
+
+    def _attempts(self, body: Callable[[], None]) -> None:
+        overlay = self._overlay
         carried: Batch | None = None
         for _ in range(OPTIMISTIC_ATTEMPTS):
             batch = overlay.begin(carried)
+            self._after_gap(carried)
             overlay.batch = batch
             try:
                 try:
@@ -238,7 +263,15 @@ class RedisStorage(Bookkeeping):
             carried = batch
         self.fallbacks += 1
         with self._locked(carried):
+            self._after_gap(carried)
             body()
+
+    def _after_gap(self, carried: Batch | None) -> None:
+        """Forget what the attempts shared when a check of the refused attempt ``carried`` found a gap
+        in the commit log (another worker may have dropped the namespace: the ids handed out before
+        may be handed out again, and name other groups)."""
+        if carried is not None and carried.gap:
+            self._attempt.memo, self._attempt.reserved = {}, {}
 
     def _commit_when_free(self, batch: Batch) -> str:
         """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
@@ -417,7 +450,29 @@ class RedisStorage(Bookkeeping):
         return out  # type: ignore[return-value]
 
     # --- primitives: groups and buckets --------------------------------------------------------
+    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        """As :meth:`Bookkeeping.create_groups`; inside :meth:`run_batch`, a digest that an earlier
+        attempt of the batch gave an id keeps it (the others get new ids, one INCRBY for all)."""
+        reserved = getattr(self._attempt, "reserved", None)
+        batch = self._overlay.batch
+        if reserved is None or batch is None or batch.dropped or len(set(digests)) != len(digests):
+            return super().create_groups(digests, shingles, band_keys)
+        missing = [d for d in digests if d not in reserved]
+        if missing:
+            reserved.update(zip(missing, self._counter_ids(len(missing))))
+        self._attempt.planned = [reserved[d] for d in digests]
+        try:
+            return super().create_groups(digests, shingles, band_keys)
+        finally:
+            self._attempt.planned = None
+
     def _new_group_ids(self, n: int) -> list[int]:
+        planned = getattr(self._attempt, "planned", None)
+        if planned is not None and len(planned) == n:
+            return planned
+        return self._counter_ids(n)
+
+    def _counter_ids(self, n: int) -> list[int]:
         # Ids are handed out at once (not at commit), so two workers never share one; a failed batch
         # leaves a gap in the numbering, which nothing depends on.
         batch = self._overlay.open_batch()
