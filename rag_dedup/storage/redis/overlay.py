@@ -795,26 +795,42 @@ def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[li
     """
     if not len(keys) or batch.dropped or not (batch.bucket_replies or len(batch.seen_buckets)):
         return [], (keys, gids)
-    known = BucketCache()
-    known.keys, known.starts, known.gids = batch.seen_buckets.keys, batch.seen_buckets.starts, batch.seen_buckets.gids
-    known.add(batch.bucket_replies)
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    found, stored_rows, stored = known.lookup(distinct)
-    blind = np.zeros(len(distinct), dtype=bool)
-    blind[found] = True
+    keys = np.asarray(keys, dtype=np.uint64)
+    order = np.argsort(keys, kind="stable")  # a key's pairs together, in the order filed
+    ordered = keys[order]
+    first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+    distinct = ordered[first]
+    new_starts = np.flatnonzero(first)
+    new_lens = np.diff(np.append(new_starts, len(ordered)))
+    # Where each distinct key's stored value is: (source, start, length) in the first source holding it.
+    sources = [(batch.seen_buckets.keys, batch.seen_buckets.starts[:-1], np.diff(batch.seen_buckets.starts), batch.seen_buckets.gids)]
+    for asked, at, found in batch.bucket_replies:
+        lens = np.bincount(at, minlength=len(asked)).astype(np.int64)
+        sources.append((np.asarray(asked, dtype=np.uint64), np.cumsum(lens) - lens, lens, found))
+    known = np.zeros(len(distinct), dtype=bool)
+    stored_starts = np.zeros(len(distinct), dtype=np.int64)
+    stored_lens = np.zeros(len(distinct), dtype=np.int64)
+    offset = 0
+    for src_keys, src_starts, src_lens, src_gids in sources:
+        if len(src_keys):
+            at = np.minimum(np.searchsorted(src_keys, distinct), len(src_keys) - 1)
+            hit = (src_keys[at] == distinct) & ~known
+            stored_starts[hit] = offset + src_starts[at[hit]]
+            stored_lens[hit] = src_lens[at[hit]]
+            known |= hit
+        offset += len(src_gids)
     taken = [k for k, gone in batch.unfiled.items() if gone]
     if taken:
-        blind &= ~_among(distinct, np.sort(np.array(taken, dtype=np.uint64)))
-    if not blind.any():
+        known &= ~_among(distinct, np.sort(np.array(taken, dtype=np.uint64)))
+    if not known.any():
         return [], (keys, gids)
-    mine = blind[inverse]
-    old = blind[stored_rows]
-    rows = np.concatenate([stored_rows[old], inverse[mine]])
-    values = np.concatenate([stored[old].astype(np.int64), gids[mine].astype(np.int64)])[np.argsort(rows, kind="stable")]
-    counts = np.bincount(rows, minlength=len(distinct))[blind]
-    starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return scripts.set_blobs(distinct[blind], starts, values), (keys[~mine], gids[~mine])
+    every = np.concatenate([*(src[3].astype(np.int64) for src in sources), np.asarray(gids, dtype=np.int64)[order]])
+    segment_starts = np.stack((stored_starts[known], offset + new_starts[known]), axis=1).reshape(-1)
+    segment_lens = np.stack((stored_lens[known], new_lens[known]), axis=1).reshape(-1)
+    values = _gather(every, segment_starts, segment_lens)
+    starts = np.concatenate(([0], np.cumsum(stored_lens[known] + new_lens[known]))).astype(np.int64)
+    rest = order[~np.repeat(known, new_lens)]
+    return scripts.set_blobs(distinct[known], starts, values), (keys[rest], np.asarray(gids)[rest])
 
 
 def _take_cache(old: Batch, new: Batch) -> None:
