@@ -2,8 +2,9 @@
 
 BUCKETS_ADD appends a group id to a bucket per (band key, group id) pair, a bucket hash's pairs in
 one HMGET and one HSET (split every 2,000 fields of one hash); BUCKET_LOOKUP answers, for each band
-key, the group ids of its bucket as two blobs (a bucket hash's keys, sent together, in one HMGET). Both are checked on pairs that repeat a band
-key, fill one bucket hash past the split, and append to buckets that already hold ids.
+key, the group ids of its bucket as two blobs (a bucket hash's keys, sent together, in one HMGET);
+BUCKETS_SET writes the buckets whose values a batch knows whole. They are checked on pairs that
+repeat a band key, fill one bucket hash past the split, and append to buckets that already hold ids.
 LinearPacker must send exactly the bytes redis-py's own packer sends.
 """
 

@@ -205,8 +205,9 @@ class RedisStorage(Bookkeeping):
         is still this batch's). Meanwhile :attr:`attempt_memo` is a dict that ``body`` may keep pure
         results in, keyed by everything they depend on read from this storage (group ids included: an
         id names one group, with one set of shingles, for as long as the dict lives; it is emptied
-        when a gap in the commit log says that the namespace may have been dropped meanwhile). After ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
-        lock, where nothing can refuse it, so it never livelocks. ``body`` may therefore run several
+        when a gap in the commit log says that the namespace may have been dropped meanwhile). After
+        ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the lock, where nothing can
+        refuse it, so it never livelocks. ``body`` may therefore run several
         times: it must only read and write this storage, from the same inputs each time. Inside
         another batch (an open :meth:`lock`), it simply joins it. The lock stays the serialisation
         point for everything else (``remove``, ``update``, ``drop``, the parameters): an optimistic
