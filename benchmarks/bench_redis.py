@@ -29,7 +29,10 @@ need twice that, so on a machine of 2 cores the most two processes can give over
 ``2 / cores busy`` (the ceiling printed beside the measured ratio), before any lock is counted. On a 2-core machine the server, the two workers and anything else running
 share two cores: read the ratios, not the absolute numbers. "CPU per chunk" (the workers' and the
 server's CPU over the chunks) is the figure a loaded machine disturbs least: what a second worker
-costs in work (conflicts run again, polling for the lock), whatever the cores it got. "Conflicts" are
+costs in work (conflicts run again, polling for the lock), whatever the cores it got. The server's
+share of it is the serial part: one redis-server thread serves both workers, and while it runs one
+worker's script the other waits for its reply, so the less of it a chunk costs, the closer two workers
+come to twice one. "Conflicts" are
 optimistic attempts refused because another commit wrote what they read, and run again; "fallbacks"
 the batches that then ran under the lock (a tree without optimistic batches shows 0).
 """
@@ -322,6 +325,9 @@ def main() -> None:
         total = r["cpu_one"] + r["server_one"] if run == "one" else r["cpu_two"]
         return float(total) / n * 1e6
 
+    def server_per(r: dict[str, Any]) -> float:
+        return float(r["server_one"]) / n * 1e6
+
     rows = [
         ("add_many in memory, 1 process (chunks/s)", n / base["t_mem"], n / this["t_mem"], "{:,.0f}"),
         ("add_many on Redis, 1 process (chunks/s)", n / base["t_one"], n / this["t_one"], "{:,.0f}"),
@@ -334,6 +340,7 @@ def main() -> None:
         ("ceiling of 2 processes / 1 on 2 cores: 2 / cores busy", 2 / busy(base), 2 / busy(this), "{:.2f}x"),
         ("CPU per chunk, 1 process (its CPU + server CPU)", cpu_per(base, "one"), cpu_per(this, "one"), "{:.0f} us"),
         ("CPU per chunk, 2 processes (their CPU + server CPU)", cpu_per(base, "two"), cpu_per(this, "two"), "{:.0f} us"),
+        ("  redis-server's CPU per chunk, 1 process (the serial part)", server_per(base), server_per(this), "{:.0f} us"),
         ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
         ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
         ("optimistic attempts run again, 2 processes (conflicts)", base["conflicts"], this["conflicts"], "{:,.0f}"),

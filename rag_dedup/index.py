@@ -1036,11 +1036,21 @@ class DedupIndex:
         """
         storage = self.storage
         keys = [k for ks in storage.group_items(gids) for k in ks]
+        records = storage.get_items(keys)
         members = []
-        for key, rec in zip(keys, storage.get_items(keys)):
+        for key, rec in zip(keys, records):
             if rec is None:
                 raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
             members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
+        # Run again after a conflict (a shared store's run_batch), a component whose members and
+        # records did not change is not clustered again: the clusters are a function of them (and of
+        # the groups' shingles, which a group id names for as long as attempt_memo lives).
+        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
+        if memo is not None:
+            memo_key = ("clusters", tuple(keys), tuple(records))
+            done = memo.get(memo_key)
+            if done is not None:
+                return keys, [(rep, list(ms)) for rep, ms in done]
         family = self._family(gids)
         if family is not None:
             shingles.update((g, family.sets[g]) for g in gids if g not in shingles and g in family.index)
@@ -1050,7 +1060,10 @@ class DedupIndex:
         if family is not None:
             fresh = [g for g in gids if g not in family.index]
             family.add(fresh, [shingles[g] for g in fresh])
-        return keys, cluster_component(members, shingles, self.drift_floor, self.policy, family)
+        clusters = cluster_component(members, shingles, self.drift_floor, self.policy, family)
+        if memo is not None:
+            memo[memo_key] = [(rep, list(ms)) for rep, ms in clusters]
+        return keys, clusters
 
     def _cluster_pair(self, a: int, b: int, sim: float) -> tuple[list[str], list[ClusterEntry]]:
         """:meth:`_cluster_component` of a component of two groups ``a < b`` whose Jaccard ``sim`` was just

@@ -229,3 +229,67 @@ def test_a_batch_run_again_reads_only_the_buckets_the_other_commit_wrote(redis_u
     assert 0 < again[0] <= bands
     assert sum(again) * 10 < sum(first)
     assert state(index) == reference([*BASE, copy_of_target("near", 0), *BATCH])
+
+
+def _clustered(monkeypatch: Any, done: list[int]) -> list[tuple[int, frozenset[str]]]:
+    """(attempt, the component's keys) for every component the index clusters from now on."""
+    import rag_dedup.index as index_module
+
+    seen: list[tuple[int, frozenset[str]]] = []
+    original = index_module.cluster_component
+
+    def spy(members: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append((len(done), frozenset(m.key for m, _ in members)))
+        return original(members, *args, **kwargs)
+
+    monkeypatch.setattr(index_module, "cluster_component", spy)
+    return seen
+
+
+def test_a_batch_run_again_keeps_its_group_ids_and_reclusters_only_what_changed(redis_url, namespace, monkeypatch):
+    """Redo only what conflicts, for the work: the second attempt of a batch refused by a near-duplicate
+    of one of its texts gives each new text the group id the first attempt gave it (the id counter
+    has no gap), and clusters again only the component the near-duplicate joined (every other one is
+    reused from the first attempt: same members, same records); the result is exactly the one-process
+    partition, the near-duplicate in its original's cluster."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    # Near-duplicates of stored texts: components of stored and new groups, clustered in each attempt.
+    near = [{"key": f"near-{i}", "text": edited(b["text"], 0.01, seed=100 + i)} for i, b in enumerate(BASE[:20])]
+    copy = copy_of_target("near", 0)
+    done = before_each_commit(index, lambda n: other.add_many([copy]) if n == 0 else None)
+    seen = _clustered(monkeypatch, done)
+    index.add_many(BATCH + near)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    first = [keys for attempt, keys in seen if attempt == 0]
+    again = [keys for attempt, keys in seen if attempt == 1]
+    assert len(first) >= 10
+    assert again and all(TARGET["key"] in keys and copy["key"] in keys for keys in again)
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.get(f"{namespace}:next-group-id")) == client.hlen(f"{namespace}:groups")
+    expected = reference(BASE + [copy] + BATCH + near)
+    assert expected["matches"][copy["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
+    assert state(index) == expected
+
+
+def test_a_batch_run_again_after_a_drop_takes_new_group_ids(redis_url, namespace):
+    """Another worker drops the namespace and indexes more texts than the batch between its reads and
+    its commit: the ids the batch's first attempt took may now name the other's groups, so its second
+    attempt must not reuse them (a gap in the commit log says a drop may have happened)."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    others = BASE + [unrelated(n) for n in range(150)]
+
+    def drop_and_refill(n: int) -> None:
+        if n == 0:
+            other.drop()
+            other.add_many(others)
+
+    before_each_commit(index, drop_and_refill)
+    index.add_many(BATCH)
+    assert index.storage.conflicts >= 1
+    client = redis.Redis.from_url(redis_url)
+    assert client.hlen(f"{namespace}:groups") == len(reference(others + BATCH)["matches"])  # no id shared by two groups
+    assert state(index) == reference(others + BATCH)

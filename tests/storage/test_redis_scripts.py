@@ -1,9 +1,10 @@
 """The bucket scripts and the command packer of the Redis storage, against plain Python references.
 
 BUCKETS_ADD appends a group id to a bucket per (band key, group id) pair, a bucket hash's pairs in
-one HMGET and one HSET (split every 2,000 fields of one hash); BUCKET_LOOKUP answers, for each row of
-band keys, the group ids of its buckets as two blobs. Both are checked on pairs that repeat a band
-key, fill one bucket hash past the split, and append to buckets that already hold ids.
+one HMGET and one HSET (split every 2,000 fields of one hash); BUCKET_LOOKUP answers, for each band
+key, the group ids of its bucket as two blobs (a bucket hash's keys, sent together, in one HMGET);
+BUCKETS_SET writes the buckets whose values a batch knows whole. They are checked on pairs that
+repeat a band key, fill one bucket hash past the split, and append to buckets that already hold ids.
 LinearPacker must send exactly the bytes redis-py's own packer sends.
 """
 
@@ -27,8 +28,8 @@ def _add(client: redis.Redis, keys: np.ndarray, gids: np.ndarray) -> None:
         client.eval(scripts.BUCKETS_ADD, 0, PREFIX, hexes, raw)
 
 
-def _lookup(client: redis.Redis, rows: np.ndarray) -> dict[int, list[int]]:
-    at, gids, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(rows), rows.shape[1]))
+def _lookup(client: redis.Redis, keys: np.ndarray) -> dict[int, list[int]]:
+    at, gids, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(keys)))
     assert bad is None
     out: dict[int, list[int]] = defaultdict(list)
     for r, g in zip(at.tolist(), gids.tolist()):
@@ -52,13 +53,11 @@ def test_bucket_scripts_match_a_python_reference(redis_url: str) -> None:
         for k, g in zip(keys[half].tolist(), gids[half].tolist()):
             reference[k].append(g)
     asked = np.concatenate([np.unique(keys), rng.integers(0, 2**64 - 1, 200, dtype=np.uint64)])  # and empty buckets
-    found = _lookup(client, asked[:, None])
-    assert found == {i: sorted(reference[k]) for i, k in enumerate(asked.tolist()) if k in reference}
-    # Rows of several band keys: each row's buckets together (a group once per bucket it is in).
-    rows = asked[: 3 * (len(asked) // 3)].reshape(-1, 3)
-    found_rows = _lookup(client, rows)
-    expected = {i: sorted(g for k in row for g in reference.get(k, [])) for i, row in enumerate(rows.tolist())}
-    assert found_rows == {i: gs for i, gs in expected.items() if gs}
+    # Sorted (how the storage asks: one HMGET per bucket hash, split every 2,000 fields), and in any
+    # other order, with repeats: each key answered at its own place in the blob.
+    for order in (asked, rng.permutation(np.concatenate([asked, asked[:100]]))):
+        found = _lookup(client, order)
+        assert found == {i: sorted(reference[k]) for i, k in enumerate(order.tolist()) if k in reference}
     client.delete(*client.keys(PREFIX + b"*"))
 
 
@@ -67,7 +66,7 @@ def test_bucket_lookup_reports_a_bucket_that_is_not_whole_ids(redis_url: str) ->
     key = np.array([0x1234567890ABCDEF], dtype=np.uint64)
     hexes = key.astype(">u8").tobytes().hex()
     client.hset(PREFIX + hexes[:3].encode(), hexes[3:].encode(), b"12345")
-    _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key[:, None]), 1))
+    _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key)))
     assert bad == b"12345"
     client.delete(PREFIX + hexes[:3].encode())
 
@@ -95,3 +94,44 @@ def test_linear_packer_refuses_what_redis_py_refuses() -> None:
     encode = redis.Redis().connection_pool.get_encoder().encode
     with pytest.raises(redis.DataError):
         LinearPacker(encode).pack("SET", b"k", None)
+
+
+def _buckets(client: redis.Redis, prefix: bytes) -> dict[bytes, dict[bytes, bytes]]:
+    return {k[len(prefix) :]: client.hgetall(k) for k in client.keys(prefix + b"*")}
+
+
+def test_a_commit_sets_the_buckets_it_read_to_what_appending_gives(redis_url: str) -> None:
+    """The buckets a batch read (and took nothing out of) are written whole by BUCKETS_SET, the others
+    appended to by BUCKETS_ADD: Redis ends up holding what appending every pair gives, byte for byte
+    (ids in the order filed, after those stored), for read buckets empty or not, filled by several
+    pairs, in one bucket hash past the 2,000-field split, and for a bucket the batch took an id out of."""
+    from rag_dedup.storage.redis.overlay import Batch, _bucket_values
+
+    client = redis.Redis.from_url(redis_url)
+    ours, theirs = b"test-set:ours:", b"test-set:theirs:"
+    rng = np.random.default_rng(11)
+    same_hash = (np.uint64(0xDEF) << np.uint64(52)) | rng.integers(0, 2**52, 2600, dtype=np.uint64)
+    keys = np.concatenate([same_hash, rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64)])
+    stored_keys = keys[::2]
+    stored_gids = rng.integers(0, 2**32 - 1, len(stored_keys), dtype=np.uint64)
+    for prefix in (ours, theirs):
+        for hexes, raw in scripts.pair_blobs(stored_keys, stored_gids):
+            client.eval(scripts.BUCKETS_ADD, 0, prefix, hexes, raw)
+    batch = Batch(token=None)
+    read = keys[: 3 * len(keys) // 4]  # read: stored buckets and empty ones; the last quarter unread
+    at, found, _ = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, ours, scripts.row_blob(np.sort(read))))
+    batch.bucket_replies.append((np.sort(read), at, found))
+    filed = np.concatenate([keys, keys[:300]])  # some buckets receive two ids
+    gids = rng.integers(0, 2**32 - 1, len(filed), dtype=np.uint64)
+    batch.unfile(int(stored_gids[0]), [int(stored_keys[0])])  # taken out of a read bucket: appended to, not set
+    known, (rest_keys, rest_gids) = _bucket_values(batch, filed, gids)
+    assert known and 0 < len(rest_keys) < len(filed)
+    assert int(stored_keys[0]) in set(rest_keys.tolist())
+    for hexes, lens, raw in known:
+        client.eval(scripts.BUCKETS_SET, 0, ours, hexes, lens, raw)
+    for hexes, raw in scripts.pair_blobs(rest_keys, rest_gids):
+        client.eval(scripts.BUCKETS_ADD, 0, ours, hexes, raw)
+    for hexes, raw in scripts.pair_blobs(filed, gids):
+        client.eval(scripts.BUCKETS_ADD, 0, theirs, hexes, raw)
+    assert _buckets(client, ours) == _buckets(client, theirs)
+    client.delete(*client.keys(b"test-set:*"))

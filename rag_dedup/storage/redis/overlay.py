@@ -159,6 +159,9 @@ class Batch:
     #: The namespace's commit count that what this batch read is checked from (optimistic only).
     commits: int = -1
     read_all: bool = False  # it read something the read set cannot name (a scan, a count): any commit conflicts
+    #: A check found commits since it started that the log no longer holds (a drop logs none): what
+    #: this attempt handed out (group ids) may belong to a namespace that is gone.
+    gap: bool = False
     read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read
     # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
     # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
@@ -560,9 +563,13 @@ class Overlay:
             np.array([k for k, _ in unfiled], dtype=np.uint64),
             np.array([g for _, g in unfiled], dtype=np.uint64),
         )
-        for script, (keys, gids) in ((scripts.BUCKETS_REM, removals), (scripts.BUCKETS_ADD, batch.filed_pairs())):
-            for hexes, raw in scripts.pair_blobs(keys, gids):
-                pipe.eval(script, 0, bucket_prefix, hexes, raw)
+        for hexes, raw in scripts.pair_blobs(*removals):
+            pipe.eval(scripts.BUCKETS_REM, 0, bucket_prefix, hexes, raw)
+        known, (keys, gids) = _bucket_values(batch, *batch.filed_pairs())
+        for hexes, lens, raw in known:
+            pipe.eval(scripts.BUCKETS_SET, 0, bucket_prefix, hexes, lens, raw)
+        for hexes, raw in scripts.pair_blobs(keys, gids):
+            pipe.eval(scripts.BUCKETS_ADD, 0, bucket_prefix, hexes, raw)
         for key, value in batch.strings.items():
             if value is None:
                 pipe.delete(key)
@@ -655,6 +662,7 @@ class Overlay:
         if covered and not entries:
             return False
         if not covered or batch.read_all or any(len(e) % 8 for e in entries):
+            batch.gap = batch.gap or not covered
             self._forget(batch, None)
             return True
         written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))
@@ -773,6 +781,56 @@ class Overlay:
                 self.client.unlink(*doomed)
         except CONNECTION_ERRORS as exc:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
+
+
+def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[list[tuple[str, bytes, bytes]], tuple[np.ndarray, np.ndarray]]:
+    """The batch's filed (band key, group id) pairs split in two: the buckets whose value in Redis the
+    batch knows, as their new values (``scripts.set_blobs``, for BUCKETS_SET), and the other pairs (for
+    BUCKETS_ADD).
+
+    The batch knows a bucket it read (in this attempt, or in an earlier one and checked since) and took
+    no group out of. Its commit goes through only if no commit since wrote what it read (optimistic),
+    or while it holds the lock: either way the bucket is, at the commit, what was read, and the new
+    value (what was read, then the batch's ids in the order filed) is what BUCKETS_ADD would make of it.
+    """
+    if not len(keys) or batch.dropped or not (batch.bucket_replies or len(batch.seen_buckets)):
+        return [], (keys, gids)
+    keys = np.asarray(keys, dtype=np.uint64)
+    order = np.argsort(keys, kind="stable")  # a key's pairs together, in the order filed
+    ordered = keys[order]
+    first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+    distinct = ordered[first]
+    new_starts = np.flatnonzero(first)
+    new_lens = np.diff(np.append(new_starts, len(ordered)))
+    # Where each distinct key's stored value is: (source, start, length) in the first source holding it.
+    sources = [(batch.seen_buckets.keys, batch.seen_buckets.starts[:-1], np.diff(batch.seen_buckets.starts), batch.seen_buckets.gids)]
+    for asked, at, found in batch.bucket_replies:
+        lens = np.bincount(at, minlength=len(asked)).astype(np.int64)
+        sources.append((np.asarray(asked, dtype=np.uint64), np.cumsum(lens) - lens, lens, found))
+    known = np.zeros(len(distinct), dtype=bool)
+    stored_starts = np.zeros(len(distinct), dtype=np.int64)
+    stored_lens = np.zeros(len(distinct), dtype=np.int64)
+    offset = 0
+    for src_keys, src_starts, src_lens, src_gids in sources:
+        if len(src_keys):
+            at = np.minimum(np.searchsorted(src_keys, distinct), len(src_keys) - 1)
+            hit = (src_keys[at] == distinct) & ~known
+            stored_starts[hit] = offset + src_starts[at[hit]]
+            stored_lens[hit] = src_lens[at[hit]]
+            known |= hit
+        offset += len(src_gids)
+    taken = [k for k, gone in batch.unfiled.items() if gone]
+    if taken:
+        known &= ~_among(distinct, np.sort(np.array(taken, dtype=np.uint64)))
+    if not known.any():
+        return [], (keys, gids)
+    every = np.concatenate([*(src[3].astype(np.int64) for src in sources), np.asarray(gids, dtype=np.int64)[order]])
+    segment_starts = np.stack((stored_starts[known], offset + new_starts[known]), axis=1).reshape(-1)
+    segment_lens = np.stack((stored_lens[known], new_lens[known]), axis=1).reshape(-1)
+    values = _gather(every, segment_starts, segment_lens)
+    starts = np.concatenate(([0], np.cumsum(stored_lens[known] + new_lens[known]))).astype(np.int64)
+    rest = order[~np.repeat(known, new_lens)]
+    return scripts.set_blobs(distinct[known], starts, values), (keys[rest], np.asarray(gids)[rest])
 
 
 def _take_cache(old: Batch, new: Batch) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKETS_SET", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob", "set_blobs"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -79,6 +79,27 @@ while i < n do
 end
 return 1
 """
+#: As BUCKETS_ADD, for buckets whose values the storage knows as they are in Redis: sets them, without
+#: reading them. ARGV[1]: the bucket key prefix; ARGV[2]: band keys, sorted, distinct; ARGV[3]: the byte
+#: length of each one's new value ('<u4'); ARGV[4]: the new values, concatenated in that order. One HSET a
+#: bucket hash (split every 2,000 fields); no HMGET, and no string built from the old value, which is
+#: most of what BUCKETS_ADD costs the server.
+BUCKETS_SET = """
+local pfx, keys, lens, vals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local n, i, at = #keys / 16, 0, 1
+while i < n do
+  local hk = string.sub(keys, i * 16 + 1, i * 16 + 3)
+  local args, m = {}, 0
+  while i < n and m < 4000 and string.sub(keys, i * 16 + 1, i * 16 + 3) == hk do
+    local len = struct.unpack('<I4', lens, i * 4 + 1)
+    args[m + 1] = string.sub(keys, i * 16 + 4, i * 16 + 16)
+    args[m + 2] = string.sub(vals, at, at + len - 1)
+    at = at + len; m = m + 2; i = i + 1
+  end
+  redis.call('hset', pfx .. hk, unpack(args, 1, m))
+end
+return 1
+"""
 #: As BUCKETS_ADD, but takes each group id out of its bucket (a bucket left empty is deleted).
 BUCKETS_REM = """
 local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
@@ -97,26 +118,32 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: rows of ARGV[3] band keys. Returns two blobs: for each row
-#: whose buckets hold a group, its number in the blob and the byte length of its buckets' values
-#: concatenated (two '<u4' each); and those values concatenated, row after row (group ids as '<u4', a
-#: group once per shared bucket). Most buckets a batch asks about are empty: the reply is two bulk
-#: strings, not one per row (which redis-py parses at several microseconds each). A value that is not
-#: whole '<u4' ids is returned alone as a third element instead (the storage names the damage).
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (16 hex digits each). Returns two blobs: for each
+#: band key whose bucket holds a group, its number in the blob and the byte length of its bucket's value
+#: (two '<u4' each); and those values concatenated, key after key (group ids as '<u4'). Most buckets a
+#: batch asks about are empty: the reply is two bulk strings, not one per key (which redis-py parses at
+#: several microseconds each). A value that is not whole '<u4' ids is returned alone as a third element
+#: instead (the storage names the damage). Keys of one bucket hash that come together in the blob (the
+#: storage sends them sorted: a hash's keys are then contiguous) are read with one HMGET, split every
+#: 2,000 fields, as BUCKETS_ADD writes them: a ``redis.call`` costs the server more than the field's lookup.
 BUCKET_LOOKUP = """
-local pfx, blob, b = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local pfx, blob = ARGV[1], ARGV[2]
+local n, i = #blob / 16, 0
 local heads, parts, h, k = {}, {}, 0, 0
-for r = 0, #blob / (16 * b) - 1 do
-  local size = 0
-  for j = 0, b - 1 do
-    local p = (r * b + j) * 16 + 1
-    local v = redis.call('hget', pfx .. string.sub(blob, p, p + 2), string.sub(blob, p + 3, p + 15))
+while i < n do
+  local hk = string.sub(blob, i * 16 + 1, i * 16 + 3)
+  local names, m, first = {}, 0, i
+  while i < n and m < 2000 and string.sub(blob, i * 16 + 1, i * 16 + 3) == hk do
+    m = m + 1; names[m] = string.sub(blob, i * 16 + 4, i * 16 + 16); i = i + 1
+  end
+  local values = redis.call('hmget', pfx .. hk, unpack(names, 1, m))
+  for t = 1, m do
+    local v = values[t]
     if v then
       if #v % 4 ~= 0 then return {'', '', v} end
-      k = k + 1; parts[k] = v; size = size + #v
+      k = k + 1; parts[k] = v; h = h + 1; heads[h] = struct.pack('<I4I4', first + t - 1, #v)
     end
   end
-  if size > 0 then h = h + 1; heads[h] = struct.pack('<I4I4', r, size) end
 end
 return {table.concat(heads, '', 1, h), table.concat(parts, '', 1, k)}
 """
@@ -146,6 +173,25 @@ def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> lis
     return [(hexes[16 * i : 16 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
 
 
+def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes, bytes]]:
+    """Buckets for BUCKETS_SET: distinct sorted band ``keys``, key i's new value the group ids
+    ``gids[starts[i] : starts[i + 1]]``; as (hex band keys, '<u4' byte lengths, '<u4' values), ``per_blob`` keys each.
+
+    Raises:
+        ValueError: A group id does not fit in 32 bits (the layout stores them as uint32).
+    """
+    if len(gids) and int(np.max(gids)) >= 2**32:
+        raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
+    hexes = np.asarray(keys, dtype=">u8").tobytes().hex()
+    lens = (np.diff(starts) * 4).astype("<u4")
+    raw = np.asarray(gids, dtype="<u4").tobytes()
+    out = []
+    for i in range(0, len(keys), per_blob):
+        j = min(i + per_blob, len(keys))
+        out.append((hexes[16 * i : 16 * j], lens[i:j].tobytes(), raw[4 * int(starts[i]) : 4 * int(starts[j])]))
+    return out
+
+
 def row_blob(rows: np.ndarray) -> str:
-    """Rows of band keys as one hex blob for BUCKET_LOOKUP."""
+    """Band keys (any shape, read in row order) as one hex blob for BUCKET_LOOKUP."""
     return np.ascontiguousarray(rows, dtype=">u8").tobytes().hex()

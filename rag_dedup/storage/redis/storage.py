@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -20,9 +21,12 @@ from rag_dedup.storage.redis import connection, keys, scripts
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
 from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
-from rag_dedup.storage.redis.overlay import CHUNK, Batch, Overlay
+from rag_dedup.storage.redis.overlay import Batch, Overlay
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
+
+#: Band keys per BUCKET_LOOKUP call (a 1 MB blob; the 21 buckets of ~3,000 new groups in one call).
+LOOKUP_KEYS = 65536
 
 #: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
 #: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
@@ -132,6 +136,9 @@ class RedisStorage(Bookkeeping):
         self.conflicts = 0
         #: Batches that ran under the lock after OPTIMISTIC_ATTEMPTS refused attempts.
         self.fallbacks = 0
+        # What the attempts of this thread's run_batch share: attempt_memo, and the group ids handed out
+        # (digest -> id), None outside one; the ids create_groups hands out next.
+        self._attempt = threading.local()
         self._lock = NamespaceLock(
             self._client, self.keys.lock, namespace=namespace, url=url, timeout=self.lock_timeout, wait=self.lock_wait
         )
@@ -193,8 +200,14 @@ class RedisStorage(Bookkeeping):
         was written by another commit meanwhile (see :mod:`~rag_dedup.storage.redis.overlay`).
 
         A refused attempt is run again, reading afresh only what the other commits wrote (the rest of
-        what it read is kept); after ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the
-        lock, where nothing can refuse it, so it never livelocks. ``body`` may therefore run several
+        what it read is kept), and with the group ids the refused attempt handed out (each new digest
+        keeps its id; ids are never shared with another worker, so an id that an attempt did not commit
+        is still this batch's). Meanwhile :attr:`attempt_memo` is a dict that ``body`` may keep pure
+        results in, keyed by everything they depend on read from this storage (group ids included: an
+        id names one group, with one set of shingles, for as long as the dict lives; it is emptied
+        when a gap in the commit log says that the namespace may have been dropped meanwhile). After
+        ``OPTIMISTIC_ATTEMPTS`` refused attempts the batch runs under the lock, where nothing can
+        refuse it, so it never livelocks. ``body`` may therefore run several
         times: it must only read and write this storage, from the same inputs each time. Inside
         another batch (an open :meth:`lock`), it simply joins it. The lock stays the serialisation
         point for everything else (``remove``, ``update``, ``drop``, the parameters): an optimistic
@@ -210,9 +223,25 @@ class RedisStorage(Bookkeeping):
             with self.lock():
                 body()
             return
+        shared = self._attempt
+        shared.memo, shared.reserved = {}, {}
+        try:
+            self._attempts(body)
+        finally:
+            shared.memo = shared.reserved = None
+
+    @property
+    def attempt_memo(self) -> dict[Any, Any] | None:
+        """Inside :meth:`run_batch` (in the thread running it), a dict that the attempts of the batch
+        share (see there); None elsewhere."""
+        return getattr(self._attempt, "memo", None)
+
+    def _attempts(self, body: Callable[[], None]) -> None:
+        overlay = self._overlay
         carried: Batch | None = None
         for _ in range(OPTIMISTIC_ATTEMPTS):
             batch = overlay.begin(carried)
+            self._after_gap(carried)
             overlay.batch = batch
             try:
                 try:
@@ -235,7 +264,15 @@ class RedisStorage(Bookkeeping):
             carried = batch
         self.fallbacks += 1
         with self._locked(carried):
+            self._after_gap(carried)
             body()
+
+    def _after_gap(self, carried: Batch | None) -> None:
+        """Forget what the attempts shared when a check of the refused attempt ``carried`` found a gap
+        in the commit log (another worker may have dropped the namespace: the ids handed out before
+        may be handed out again, and name other groups)."""
+        if carried is not None and carried.gap:
+            self._attempt.memo, self._attempt.reserved = {}, {}
 
     def _commit_when_free(self, batch: Batch) -> str:
         """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
@@ -414,7 +451,29 @@ class RedisStorage(Bookkeeping):
         return out  # type: ignore[return-value]
 
     # --- primitives: groups and buckets --------------------------------------------------------
+    def create_groups(self, digests: Sequence[bytes], shingles: Sequence[np.ndarray], band_keys: np.ndarray) -> list[int]:
+        """As :meth:`Bookkeeping.create_groups`; inside :meth:`run_batch`, a digest that an earlier
+        attempt of the batch gave an id keeps it (the others get new ids, one INCRBY for all)."""
+        reserved = getattr(self._attempt, "reserved", None)
+        batch = self._overlay.batch
+        if reserved is None or batch is None or batch.dropped or len(set(digests)) != len(digests):
+            return super().create_groups(digests, shingles, band_keys)
+        missing = [d for d in digests if d not in reserved]
+        if missing:
+            reserved.update(zip(missing, self._counter_ids(len(missing))))
+        self._attempt.planned = [reserved[d] for d in digests]
+        try:
+            return super().create_groups(digests, shingles, band_keys)
+        finally:
+            self._attempt.planned = None
+
     def _new_group_ids(self, n: int) -> list[int]:
+        planned = getattr(self._attempt, "planned", None)
+        if planned is not None and len(planned) == n:
+            return planned
+        return self._counter_ids(n)
+
+    def _counter_ids(self, n: int) -> list[int]:
         # Ids are handed out at once (not at commit), so two workers never share one; a failed batch
         # leaves a gap in the numbering, which nothing depends on.
         batch = self._overlay.open_batch()
@@ -449,38 +508,39 @@ class RedisStorage(Bookkeeping):
         if optimistic and n and b:
             batch.read_bands.append(rows.reshape(-1).copy())  # type: ignore[union-attr]
         if n and b and (batch is None or not batch.dropped):
-            # A row with a bucket this batch took groups out of is read bucket by bucket, to apply the
-            # removals; every other row comes back as the concatenation of its buckets. A row of one
-            # bucket that an earlier attempt of this batch read, and nobody wrote since, is not read again.
+            # Every bucket is read by itself (BUCKET_LOOKUP answers per band key), its band keys sorted
+            # so that the keys of one bucket hash are read together; what this batch took out of a
+            # bucket is then taken out of what was read. A row of one bucket that an earlier attempt of
+            # this batch read, and nobody wrote since, is not read again.
             rems = batch.unfiled if batch is not None else {}
             cached = np.empty(0, dtype=np.int64)
             if batch is not None and b == 1 and len(batch.seen_buckets):
                 cached, cached_rows, cached_gids = batch.seen_buckets.lookup(rows[:, 0])
-            flat = rows.reshape(-1).tolist() if rems else []
             todo = np.ones(n, dtype=bool)
             todo[cached] = False
-            apart = [i for i in range(n) if rems and todo[i] and any(rems.get(k) for k in flat[i * b : (i + 1) * b])]
-            todo[apart] = False
-            together = np.flatnonzero(todo)
-            per_call = max(1, CHUNK // b)
-            parts = [together[i : i + per_call] for i in range(0, len(together), per_call)]
-            singles = rows[apart].reshape(-1) if apart else np.empty(0, dtype=np.uint64)
+            asked = np.flatnonzero(todo)
+            flat = rows[asked].reshape(-1)  # key j is of row asked[j // b]
+            order = np.argsort(flat, kind="stable")
+            ordered = flat[order]
+            parts = [slice(i, i + LOOKUP_KEYS) for i in range(0, len(ordered), LOOKUP_KEYS)]
             prefix = self.keys.bucket_prefix
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(rows[part]), b)
-                if len(singles):
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(singles), 1)
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(ordered[part]))
 
             replies = self._overlay.pipeline(build, tracked=True)
             keep = optimistic and b == 1
             for part, reply in zip(parts, replies):
                 at, found = self._bucket_ids(reply)
-                row_parts.append(part[at])
-                gid_parts.append(found)
                 if keep:
-                    batch.bucket_replies.append((rows[part, 0], at, found))  # type: ignore[union-attr]
+                    batch.bucket_replies.append((ordered[part], at, found))  # type: ignore[union-attr]
+                where = order[part.start + at]
+                if rems:  # take out what this batch took out of those buckets
+                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(flat[where].tolist(), found.tolist())], dtype=bool)
+                    where, found = where[kept], found[kept]
+                row_parts.append(asked[where // b])
+                gid_parts.append(found)
             if len(cached):
                 if rems:  # take out what this batch took out of those buckets
                     keys_of = rows[cached_rows, 0].tolist()
@@ -488,17 +548,6 @@ class RedisStorage(Bookkeeping):
                     cached_rows, cached_gids = cached_rows[kept], cached_gids[kept]
                 row_parts.append(cached_rows)
                 gid_parts.append(cached_gids)
-            if len(singles):
-                at, found = self._bucket_ids(replies[len(parts)])
-                if keep:
-                    batch.bucket_replies.append((singles, at, found))  # type: ignore[union-attr]
-                kept = np.ones(len(found), dtype=bool)
-                for i, (j, g) in enumerate(zip(at.tolist(), found.tolist())):
-                    gone = rems.get(int(singles[j]))
-                    if gone and g in gone:
-                        kept[i] = False
-                row_parts.append(np.asarray(apart, dtype=np.int64)[at[kept] // b])
-                gid_parts.append(found[kept])
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
@@ -514,7 +563,7 @@ class RedisStorage(Bookkeeping):
         return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _bucket_ids(self, reply: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """A BUCKET_LOOKUP reply as (row number in its blob of each group id found, the group ids).
+        """A BUCKET_LOOKUP reply as (number in its blob of the band key of each group id found, the group ids).
 
         Raises:
             CorruptIndexError: A bucket holds a value that is not whole '<u4' group ids.
