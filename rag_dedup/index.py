@@ -1103,19 +1103,33 @@ class DedupIndex:
         missing = [g for g in gids if g not in shingles]
         if missing:
             shingles.update(zip(missing, storage.group_shingles(missing)))
+        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
         small_keys: list[list[str]] = []
+        small_done: list[list[ClusterEntry] | None] = []  # from an earlier attempt's memo (see _cluster_component)
         small_members: list[list[tuple[Member, int]]] = []
         for comp in small:
             keys = [k for g in comp for k in keys_of[g]]
+            records = [record_of[key] for key in keys]
+            done = None if memo is None else memo.get(("clusters", tuple(keys), tuple(records)))
+            small_keys.append(keys)
+            small_done.append(None if done is None else [(rep, list(ms)) for rep, ms in done])
+            if done is not None:
+                continue
             members = []
-            for key in keys:
-                rec = record_of[key]
+            for key, rec in zip(keys, records):
                 if rec is None:
                     raise RuntimeError(f"storage is inconsistent: group member {key!r} has no item record")
                 members.append((Member(key, rec.length, rec.source, rec.authority, rec.first_seen), rec.gid))
-            small_keys.append(keys)
             small_members.append(members)
-        placed = iter(zip(small_keys, cluster_components(small_members, shingles, self.drift_floor, self.policy)))
+        computed = iter(cluster_components(small_members, shingles, self.drift_floor, self.policy))
+        small_out: list[tuple[list[str], list[ClusterEntry]]] = []
+        for keys, done in zip(small_keys, small_done):
+            if done is None:
+                done = next(computed)
+                if memo is not None:
+                    memo[("clusters", tuple(keys), tuple(record_of[k] for k in keys))] = [(rep, list(ms)) for rep, ms in done]
+            small_out.append((keys, done))
+        placed = iter(small_out)
         return [self._cluster_component(comp, shingles) if len(comp) >= _FAMILY_MIN else next(placed) for comp in comps]
 
     def _family(self, gids: Sequence[int]) -> Family | None:

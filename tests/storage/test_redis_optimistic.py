@@ -242,7 +242,13 @@ def _clustered(monkeypatch: Any, done: list[int]) -> list[tuple[int, frozenset[s
         seen.append((len(done), frozenset(m.key for m, _ in members)))
         return original(members, *args, **kwargs)
 
+    def spy_many(components: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.extend((len(done), frozenset(m.key for m, _ in members)) for members in components)
+        return original_many(components, *args, **kwargs)
+
+    original_many = index_module.cluster_components
     monkeypatch.setattr(index_module, "cluster_component", spy)
+    monkeypatch.setattr(index_module, "cluster_components", spy_many)
     return seen
 
 
