@@ -60,7 +60,7 @@ def test_batch_buckets_equal_the_numpy_reference(seed: int, n_new: int, width: i
     gids = list(range(1000, 1000 + n_new))
     expected = _reference_split(table, fresh, gids)
     assert _kernel_buckets(table.batch_buckets(fresh), gids) == expected
-    assert not table._buffer  # merged into the runs first: the answers stay the same
+    assert not table._buffered  # merged into the runs first: the answers stay the same
     assert _reference_split(table, fresh, gids) == expected
 
 
