@@ -44,6 +44,7 @@ import argparse
 import logging
 import os
 import statistics
+import warnings
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
@@ -166,7 +167,9 @@ def llama_index_rows(corpus: list[tuple[str, str]], repeat: int, baseline: str |
 
 
 def langchain_rows(corpus: list[tuple[str, str]], repeat: int, baseline: str | None) -> dict[str, float]:
-    from langchain_community.retrievers import BM25Retriever
+    with warnings.catch_warnings():  # langchain-community warns on import that it is being sunset (its warning, not ours)
+        warnings.filterwarnings("ignore", "`langchain-community` is being sunset", DeprecationWarning)
+        from langchain_community.retrievers import BM25Retriever
     from langchain_core.documents import Document
 
     from rag_dedup.langchain import DedupCompressor, DedupDocumentTransformer, DistinctRetriever, SentenceChunker
