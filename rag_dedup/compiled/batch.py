@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from rag_dedup.compiled import kernel
-from rag_dedup.compiled.index import _view
+from rag_dedup.compiled.index import _filtered_out, _run_range, _view
 
 __all__ = ["batch_buckets", "key_order", "mark_filter", "merge_entries"]
 
@@ -168,22 +168,14 @@ def batch_buckets(
             i += 1
         n_new = i - start
         count = 0  # the stored groups under key, in scratch
-        slot = key & mask
-        if (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1):
+        if not _filtered_out(bits, mask, key):
             shard = np.int64(key >> np.uint64(60))
             for level in range(2):
                 column = 2 * shard + level
-                size = levels[2, column]
-                if size == 0:
-                    continue
-                run = _view(levels[0, column], size, like_keys)
-                lo = _lower_bound(run, key)
-                hi = lo
-                while hi < size and run[hi] == key:
-                    hi += 1
+                lo, hi = _run_range(levels, column, key, like_keys)
                 if hi == lo:
                     continue
-                owners = _view(levels[1, column], size, like_gids)
+                owners = _view(levels[1, column], levels[2, column], like_gids)
                 scratch = _grown(scratch, count, count + hi - lo)
                 for j in range(lo, hi):
                     g = np.int64(owners[j])

@@ -111,6 +111,29 @@ def _view(typingctx, address, length, like):  # type: ignore[no-untyped-def]
 
 
 @kernel
+def _filtered_out(bits: np.ndarray, mask: np.uint64, key: np.uint64) -> bool:
+    """True when ``key``'s bit in a :class:`~rag_dedup.storage.memory.BandTable`'s bit filter is clear:
+    the key is in none of its runs (the filter has no false negatives)."""
+    slot = key & mask
+    return (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1) == 0
+
+
+@kernel
+def _run_range(levels: np.ndarray, column: int, key: np.uint64, like_keys: np.ndarray) -> tuple[int, int]:
+    """``(lo, hi)``: the entries of the run level ``column`` of ``levels`` (see :func:`band_lookup`)
+    whose key is ``key``, as positions in its sorted keys (``lo == hi``: none)."""
+    size = levels[2, column]
+    if size == 0:
+        return 0, 0
+    found = _view(levels[0, column], size, like_keys)
+    lo = np.searchsorted(found, key)
+    hi = lo
+    while hi < size and found[hi] == key:
+        hi += 1
+    return lo, hi
+
+
+@kernel
 def band_lookup(keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries of a :class:`~rag_dedup.storage.memory.BandTable`'s runs under each of ``keys``.
 
@@ -133,20 +156,11 @@ def band_lookup(keys: np.ndarray, bits: np.ndarray, mask: np.uint64, levels: np.
     count = 0
     for i in range(n):
         key = keys[i]
-        slot = key & mask
-        if (bits[slot >> np.uint64(3)] >> (slot & np.uint64(7))) & np.uint64(1) == 0:
+        if _filtered_out(bits, mask, key):
             continue
         shard = np.int64(key >> np.uint64(60))
         for level in range(2):
-            column = 2 * shard + level
-            size = levels[2, column]
-            if size == 0:
-                continue
-            found = _view(levels[0, column], size, like_keys)
-            lo = np.searchsorted(found, key)
-            hi = lo
-            while hi < size and found[hi] == key:
-                hi += 1
+            lo, hi = _run_range(levels, 2 * shard + level, key, like_keys)
             lows[2 * i + level] = lo
             highs[2 * i + level] = hi
             count += hi - lo
