@@ -1137,8 +1137,10 @@ class DedupIndex:
 
         Only components of at least ``_FAMILY_MIN`` groups keep one (a small one is cheap to count
         again, and most of an index is small components). A family whose groups are all in ``gids``
-        describes an earlier state of this component (ids are never reused, and a group's shingles
-        never change), so the largest such one is brought up to ``gids``; one with a group that is
+        describes an earlier state of this component (a group's shingles never change, and its id is
+        never handed out again: a shared store's counter outlives even another worker's drop(), and a
+        private store starts again only after this index's own drop(), which forgets the families), so
+        the largest such one is brought up to ``gids``; one with a group that is
         no longer here (removed, also by another worker) does not, and is not used. At most
         ``_FAMILIES`` are kept, the most recently used.
         """

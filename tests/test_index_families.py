@@ -329,3 +329,34 @@ def test_shipped_families_are_distinct_texts(name: str) -> None:
     """Each shipped member is its own canonical text (exact copies would make the family trivial)."""
     index = DedupIndex(threshold=0.8)
     assert all(m.kind != "exact" for m in index.add_many(family(name)))
+
+
+def test_a_family_kept_before_another_workers_drop_is_not_used_after_it(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker B keeps a Family (group ids and their shingle sets) of the chain; worker A drops the
+    namespace and indexes the BSD family. Group ids are never handed out again in a namespace, not even
+    after a drop, so B's kept family cannot pass for the new component: B's next add clusters as one
+    index of the BSD family does."""
+    monkeypatch.setattr(index_module, "_FAMILY_MIN", 2)
+    namespace = f"test-{uuid.uuid4().hex[:8]}"
+    worker_a = DedupIndex(threshold=0.8, storage=redis_url, namespace=namespace)
+    worker_b = DedupIndex(threshold=0.8, storage=redis_url, namespace=namespace)
+    try:
+        worker_b.add_many(chain(links=30))
+        assert worker_b._families  # B keeps the chain's family
+        worker_a.drop()
+        bsd = bsd_family()[:40]
+        worker_a.add_many(bsd)
+        new = bsd_family()[41]
+        worker_b.add(*new)
+        reference = DedupIndex(threshold=0.8)
+        reference.add_many(bsd)
+        reference.add(*new)
+        assert snapshot(worker_b) == snapshot(reference)
+        live = {rec.gid for rec in worker_b.storage.get_items(sorted(worker_b.storage.iter_keys()))}
+        for kept in worker_b._families:  # a kept family that could be used holds what the store holds
+            gids = sorted(kept.index)
+            if set(gids) <= live:
+                for gid, stored in zip(gids, worker_b.storage.group_shingles(gids)):
+                    assert stored.tolist() == kept.sets[gid].tolist()
+    finally:
+        worker_a.drop()

@@ -138,9 +138,10 @@ def test_every_storage_method_answers_like_memory(redis_url, namespace, in_one_b
     else:
         got = exercise(storage)
     assert got == expected
-    # drop() left nothing behind, not even the lock, but the commit counter (it only grows: a batch that
-    # started before the drop must not find, after it, the count it started from)
-    assert _namespace_keys(redis_url, namespace) == [f"{namespace}:commits".encode()]
+    # drop() left nothing behind, not even the lock, but the two counters (they only grow: a batch that
+    # started before the drop must not find, after it, the count it started from, and no group id is
+    # handed out twice in a namespace)
+    assert _namespace_keys(redis_url, namespace) == [f"{namespace}:commits".encode(), f"{namespace}:next-group-id".encode()]
 
 
 def test_storage_is_shared_and_writes_are_not_pickled(redis_url, namespace):
@@ -368,7 +369,7 @@ def test_namespaces_are_separate_and_drop_removes_only_its_own(redis_url):
     expected_b = state(b)
     a.drop()
     # an empty index: only its commit counter, layout and parameters
-    assert _namespace_keys(redis_url, "x\\*") == [b"x*:commits", b"x*:format", b"x*:meta"]
+    assert _namespace_keys(redis_url, "x\\*") == [b"x*:commits", b"x*:format", b"x*:meta", b"x*:next-group-id"]
     assert len(a) == 0 and ITEMS[0]["key"] not in a
     assert state(b) == expected_b
     a.add_many(ITEMS[:40])  # usable again after drop

@@ -8,7 +8,7 @@ Key layout 3 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
     ns:lock                  string  the write lock: a random token, with an expiry
     ns:commits               string  how many batches have committed (INCR at each commit; drop() keeps it)
     ns:commit-log            list    the last commits' write sets: each the sorted '>u8' fingerprints of what it wrote
-    ns:next-group-id         string  the group-id counter (INCRBY hands out ids; a failed batch leaves a gap)
+    ns:next-group-id         string  the group-id counter (INCRBY hands out ids; a failed batch leaves a gap; drop() keeps it)
     ns:items                 hash    item key -> JSON [gid, length, source, authority, first_seen]
     ns:source:<source>       set     the item keys added with that source
     ns:digests               hash    canonical-text digest -> group id (decimal)
@@ -81,8 +81,8 @@ class Layout:
             Table.CLUSTERS: p + b"clusters",
         }
         self._set_prefixes = {Table.SOURCES: p + b"source:", Table.GROUP_ITEMS: p + b"group-items:"}
-        #: Keys whose presence means the namespace holds data.
-        self.data = [self.hashes[t] for t in (Table.ITEMS, Table.GROUPS, Table.DIGESTS, Table.CLUSTERS)] + [self.counter]
+        #: Keys whose presence means the namespace holds data (not the counters: drop() keeps them).
+        self.data = [self.hashes[t] for t in (Table.ITEMS, Table.GROUPS, Table.DIGESTS, Table.CLUSTERS)]
 
     def set_key(self, table: Table, owner: Any) -> bytes:
         """The key of one set: a source's item keys or a group's."""

@@ -256,9 +256,9 @@ class Overlay:
         lock_key: The lock's key (kept by drop; WATCHed and deleted by the commit).
         guard: The key that a read outside a batch asks about once the namespace is known to hold an
             index (``ns:meta``): a namespace that lost it is not read as an empty one.
-        commits_key, log_key: The commit counter and the commit log (kept by drop; written by commits).
-        counter_key, groups_key: The group-id counter and the groups' hash (a batch checks at its start
-            that the counter is there while groups are).
+        commits_key, log_key: The commit counter (kept by drop) and the commit log (written by commits).
+        counter_key, groups_key: The group-id counter (kept by drop) and the groups' hash (a batch checks
+            at its start that the counter is there while groups are).
     """
 
     def __init__(
@@ -278,6 +278,7 @@ class Overlay:
         self.client, self.name, self.url = client, name, url
         self.prefix, self.lock_key, self.guard = prefix, lock_key, guard
         self.commits_key, self.log_key = commits_key, log_key
+        self.counter_key = counter_key
         self._state_keys = [commits_key, log_key, lock_key, guard, counter_key, groups_key]
         #: Set once the namespace was seen holding an index: reads then check ``guard``.
         self.known = False
@@ -759,9 +760,11 @@ class Overlay:
             raise self._commit_unavailable(exc, sent) from exc
 
     def _unlink_namespace(self) -> None:
-        """Delete every key of the namespace but the lock and the commit counter (SCAN and UNLINK in
-        batches): the counter only grows, so that a batch that started before the drop never takes a
-        count after it for its own."""
+        """Delete every key of the namespace but the lock and the two counters (SCAN and UNLINK in
+        batches). Both only grow: a batch that started before the drop never takes a commit count after
+        it for its own, and a group id is never handed out again in the namespace, so that what another
+        worker keeps by group id (``DedupIndex``'s kept families, an attempt's memo) can never be taken
+        for a group made after the drop."""
         pattern = _glob_escape(self.prefix) + b"*"
         try:
             doomed: list[bytes] = []
@@ -769,7 +772,7 @@ class Overlay:
             while True:
                 self.round_trips += 1
                 cursor, keys = self.client.scan(cursor, match=pattern, count=SCAN_COUNT)
-                doomed.extend(k for k in keys if k != self.lock_key and k != self.commits_key)
+                doomed.extend(k for k in keys if k not in (self.lock_key, self.commits_key, self.counter_key))
                 if len(doomed) >= SCAN_COUNT:
                     self.round_trips += 1
                     self.client.unlink(*doomed)

@@ -476,12 +476,10 @@ class RedisStorage(Bookkeeping):
     def _counter_ids(self, n: int) -> list[int]:
         # Ids are handed out at once (not at commit), so two workers never share one; a failed batch
         # leaves a gap in the numbering, which nothing depends on.
-        batch = self._overlay.open_batch()
+        self._overlay.open_batch()  # ids are taken inside a batch
         what = "in the middle of a batch; nothing of it was recorded, retry it"
         last = int(self._overlay.call(what, "INCRBY", self.keys.counter, n))
-        if batch.dropped:  # the commit deletes the namespace's counter first: write it back after that
-            batch.strings[self.keys.counter] = b"%d" % last
-        return list(range(last - n, last))
+        return list(range(last - n, last))  # drop() keeps the counter: an id is never handed out twice
 
     def _file(self, gids: Sequence[int], band_keys: np.ndarray) -> None:
         self._overlay.open_batch().file(gids, band_keys)
@@ -669,7 +667,7 @@ class RedisStorage(Bookkeeping):
 
     # --- dropping ------------------------------------------------------------------------------
     def drop(self) -> None:
-        """Delete the namespace (all its keys but the lock and the commit counter, by SCAN and UNLINK in
+        """Delete the namespace (all its keys but the lock and the two counters, by SCAN and UNLINK in
         batches) at commit. Runs under the lock (inside :meth:`run_batch`, a RuntimeError)."""
         batch = self._overlay.batch
         if batch is not None and batch.token is None:
