@@ -562,11 +562,8 @@ class DedupIndex:
                 else:
                     gone.append(item.key)
             written = [item for item in parsed if item.key not in kept]
-            if gone or len(written) > _batch_size(len(self)):
-                # A text that cannot be hashed must fail here, before the removals or a first batch
-                # are applied (a single batch hashes everything before it writes).
-                for item in written:
-                    canonical_digest(item.text)
+            # Nothing below can refuse a text: the only texts hashing refuses (not a str, a lone
+            # surrogate) were refused by _parse_many above, before the removals or a first batch.
             previous: dict[str, str] = {}
             for key in gone:
                 self._remove(key, previous)
