@@ -204,11 +204,15 @@ def main() -> int:
         print(f"  {tree.label}: SentenceChunker {spread(chunk_cpu[tree.label])} | DedupTransform "
               f"{spread(transform_cpu[tree.label])} (DedupIndex.update {spread(update_cpu[tree.label])}, "
               f"the transform's own work {spread(own)})")
+    partitions = []
     for name, _ in pipelines[1:]:
         nodes, transform = out[name]  # type: ignore[misc]
+        partitions.append(sorted(sorted(members) for _, members in transform.index.clusters(include_singletons=False)))
         counts = transform.counts
         print(f"dedup found ({name.split('] ', 1)[1]}): {counts['exact']} exact and {counts['near']} near duplicates "
               f"among {len(nodes)} chunks ({(counts['exact'] + counts['near']) / max(1, len(nodes)):.1%})")
+    if len(partitions) > 1:
+        print(f"the trees' indexes hold the same clusters: {all(p == partitions[0] for p in partitions)}")
     return 0
 
 
