@@ -299,3 +299,53 @@ def test_a_batch_run_again_after_a_drop_takes_new_group_ids(redis_url, namespace
     client = redis.Redis.from_url(redis_url)
     assert client.hlen(f"{namespace}:groups") == len(reference(others + BATCH)["matches"])  # no id shared by two groups
     assert state(index) == reference(others + BATCH)
+
+
+def _pairs_computed(monkeypatch: Any, done: list[int]) -> list[tuple[int, int]]:
+    """(attempt, pairs) for every block of pairs whose Jaccard the index computes from now on (the compiled
+    kernel, or the numpy path's bound, which every computed pair goes through)."""
+    import rag_dedup.index as index_module
+
+    seen: list[tuple[int, int]] = []
+    for name in ("pair_jaccard", "jaccard_upper_bounds"):
+        original = getattr(index_module, name)
+
+        def spy(sets: Any, left: Any, right: Any, original: Any = original) -> Any:
+            seen.append((len(done), len(left)))
+            return original(sets, left, right)
+
+        monkeypatch.setattr(index_module, name, spy)
+    return seen
+
+
+def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(redis_url, namespace, monkeypatch):
+    """Redo only what conflicts, for the verification: a batch of near-duplicates of stored texts is
+    refused because another worker committed a near-duplicate of one of its texts between its reads
+    and its commit; its second attempt computes the Jaccard only of pairs the first did not (those
+    of the other worker's new group), not again the ~20 pairs of the first, and reads no stored
+    group's shingles again; the result is exactly the one-process partition."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    near = [{"key": f"near-{i}", "text": edited(b["text"], 0.01, seed=100 + i)} for i, b in enumerate(BASE[:20])]
+    copy = copy_of_target("near", 0)
+    done = before_each_commit(index, lambda n: other.add_many([copy]) if n == 0 else None)
+    computed = _pairs_computed(monkeypatch, done)
+    read: list[tuple[int, int]] = []  # (attempt, groups) for each read of stored groups' shingles
+    group_shingles = index.storage.group_shingles
+
+    def spy(gids: Any) -> Any:
+        read.append((len(done), len(gids)))
+        return group_shingles(gids)
+
+    monkeypatch.setattr(index.storage, "group_shingles", spy)
+    index.add_many(BATCH + near)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    first = sum(n for attempt, n in computed if attempt == 0)
+    again = sum(n for attempt, n in computed if attempt == 1)
+    assert first >= len(near)  # each near-duplicate against its original, at least
+    assert 0 < again <= 3  # the other's near-duplicate against TARGET (and what else it shares a bucket with)
+    assert sum(n for attempt, n in read if attempt == 1) <= again  # only the other's new group(s)
+    expected = reference(BASE + [copy] + BATCH + near)
+    assert expected["matches"][copy["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
+    assert state(index) == expected
