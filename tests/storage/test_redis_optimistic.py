@@ -15,12 +15,14 @@ import multiprocessing
 import os
 import random
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
 import redis
 
 from rag_dedup import DedupIndex
+from rag_dedup.storage.bookkeeping import Table
 from rag_dedup.storage.redis import RedisStorage
 from rag_dedup.storage.redis.storage import OPTIMISTIC_ATTEMPTS
 from tests.corpus import chunks, edited
@@ -318,18 +320,44 @@ def _pairs_computed(monkeypatch: Any, done: list[int]) -> list[tuple[int, int]]:
     return seen
 
 
+def _encoded(monkeypatch: Any, done: list[int], others: list[bool]) -> dict[int, Counter[Table]]:
+    """attempt -> how many item records and groups the storages encode in it from now on, but while ``others``."""
+    from rag_dedup.storage.redis import keys
+
+    seen: dict[int, Counter[Table]] = {0: Counter(), 1: Counter()}
+    for table in (Table.ITEMS, Table.GROUPS):
+        field, encode, decode = keys.CODECS[table]
+
+        def spy(value: Any, encode: Any = encode, table: Table = table) -> bytes:
+            if not others:
+                seen.setdefault(len(done), Counter())[table] += 1
+            return encode(value)
+
+        monkeypatch.setitem(keys.CODECS, table, (field, spy, decode))
+    return seen
+
+
 def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(redis_url, namespace, monkeypatch):
     """Redo only what conflicts, for the verification: a batch of near-duplicates of stored texts is
     refused because another worker committed a near-duplicate of one of its texts between its reads
     and its commit; its second attempt computes the Jaccard only of pairs the first did not (those
-    of the other worker's new group), not again the ~20 pairs of the first, and reads no stored
-    group's shingles again; the result is exactly the one-process partition."""
+    of the other worker's new group), not again the ~20 pairs of the first, reads no stored group's
+    shingles again, and encodes none of its item records and groups again (they did not change); the
+    result is exactly the one-process partition."""
     index = DedupIndex(storage=redis_url, namespace=namespace)
     other = DedupIndex(storage=redis_url, namespace=namespace)
     index.add_many(BASE)
     near = [{"key": f"near-{i}", "text": edited(b["text"], 0.01, seed=100 + i)} for i, b in enumerate(BASE[:20])]
     copy = copy_of_target("near", 0)
-    done = before_each_commit(index, lambda n: other.add_many([copy]) if n == 0 else None)
+    others: list[bool] = []  # non-empty while the other index adds its copy (what it encodes is not counted)
+
+    def other_commits(n: int) -> None:
+        if n == 0:
+            others.append(True)
+            other.add_many([copy])
+            others.clear()
+
+    done = before_each_commit(index, other_commits)
     computed = _pairs_computed(monkeypatch, done)
     read: list[tuple[int, int]] = []  # (attempt, groups) for each read of stored groups' shingles
     group_shingles = index.storage.group_shingles
@@ -339,8 +367,12 @@ def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(r
         return group_shingles(gids)
 
     monkeypatch.setattr(index.storage, "group_shingles", spy)
+    encoded = _encoded(monkeypatch, done, others)
     index.add_many(BATCH + near)
     assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    # The same records and groups (each text keeps its group id): encoded once, by the first attempt.
+    assert encoded[0][Table.ITEMS] == len(BATCH + near) and encoded[0][Table.GROUPS] >= len(near)
+    assert not encoded[1]
     first = sum(n for attempt, n in computed if attempt == 0)
     again = sum(n for attempt, n in computed if attempt == 1)
     assert first >= len(near)  # each near-duplicate against its original, at least
