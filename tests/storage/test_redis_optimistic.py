@@ -18,6 +18,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 
@@ -381,3 +382,28 @@ def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(r
     expected = reference(BASE + [copy] + BATCH + near)
     assert expected["matches"][copy["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
     assert state(index) == expected
+
+
+def test_a_batch_checked_again_fingerprints_only_what_it_read_since(redis_url, namespace, monkeypatch):
+    """The check of an optimistic batch (at each commit attempt, and at the start of its next attempt)
+    compares the fingerprints of everything it read with what the commits since wrote: those of the
+    names an earlier check of the batch saw are kept, and only new reads are fingerprinted; a write
+    of something read is still found."""
+    from rag_dedup.storage.redis import overlay as overlay_module
+    from rag_dedup.storage.redis.overlay import Batch
+
+    overlay = RedisStorage(redis_url, namespace=namespace)._overlay
+    prints = overlay_module._prints
+
+    def log_entry(*names: bytes) -> bytes:
+        return np.sort(prints(list(names))).astype(">u8").tobytes()
+
+    counted: list[int] = []
+    monkeypatch.setattr(overlay_module, "_prints", lambda names: counted.append(len(names)) or prints(names))
+    batch = Batch(token=None)
+    batch.seen_hashes[b"h"] = {b"a": b"1", b"b": None}
+    assert not overlay._check(batch, True, [log_entry(b"other\0x")])
+    batch.seen_hashes[b"h"][b"c"] = b"2"
+    assert not overlay._check(batch, True, [log_entry(b"other\0y")])
+    assert overlay._check(batch, True, [log_entry(b"h\0a")])  # another commit wrote field a of h
+    assert counted == [2, 1] and batch.seen_hashes[b"h"] == {b"b": None, b"c": b"2"}
