@@ -64,7 +64,10 @@ def _prints_kept(names: Sequence[bytes], kept: dict[bytes, int]) -> np.ndarray:
     """:func:`_prints` of names, those already in ``kept`` taken from there (the others added to it)."""
     missing = [n for n in names if n not in kept]
     if missing:
-        kept.update(zip(missing, _prints(missing).tolist()))
+        found = _prints(missing)
+        kept.update(zip(missing, found.tolist()))
+        if len(missing) == len(names):
+            return found
     return np.fromiter((kept[n] for n in names), dtype=np.uint64, count=len(names))
 
 
