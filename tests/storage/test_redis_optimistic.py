@@ -338,13 +338,16 @@ def _encoded(monkeypatch: Any, done: list[int], others: list[bool]) -> dict[int,
     return seen
 
 
-def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(redis_url, namespace, monkeypatch):
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(redis_url, namespace, monkeypatch, request, path):
     """Redo only what conflicts, for the verification: a batch of near-duplicates of stored texts is
     refused because another worker committed a near-duplicate of one of its texts between its reads
     and its commit; its second attempt computes the Jaccard only of pairs the first did not (those
     of the other worker's new group), not again the ~20 pairs of the first, reads no stored group's
     shingles again, and encodes none of its item records and groups again (they did not change); the
-    result is exactly the one-process partition."""
+    result is exactly the one-process partition. On the compiled path and on the numpy reference path."""
+    if path == "numpy":
+        request.getfixturevalue("reference_kernels")
     index = DedupIndex(storage=redis_url, namespace=namespace)
     other = DedupIndex(storage=redis_url, namespace=namespace)
     index.add_many(BASE)
