@@ -1085,9 +1085,9 @@ class DedupIndex:
         # Run again after a conflict (a shared store's run_batch), a component whose members and
         # records did not change is not clustered again: the clusters are a function of them (and of
         # the groups' shingles, which a group id names for as long as attempt_memo lives).
-        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
+        memo = self._attempt_cache("clusters")
         if memo is not None:
-            memo_key = ("clusters", tuple(keys), tuple(records))
+            memo_key = (tuple(keys), tuple(records))
             done = memo.get(memo_key)
             if done is not None:
                 return keys, [(rep, list(ms)) for rep, ms in done]
@@ -1139,14 +1139,14 @@ class DedupIndex:
         flat = [k for ks in group_keys for k in ks]
         record_of = dict(zip(flat, storage.get_items(flat)))
         self._read_shingles(gids, shingles)
-        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
+        memo = self._attempt_cache("clusters")
         small_keys: list[list[str]] = []
         small_done: list[list[ClusterEntry] | None] = []  # from an earlier attempt's memo (see _cluster_component)
         small_members: list[list[tuple[Member, int]]] = []
         for comp in small:
             keys = [k for g in comp for k in keys_of[g]]
             records = [record_of[key] for key in keys]
-            done = None if memo is None else memo.get(("clusters", tuple(keys), tuple(records)))
+            done = None if memo is None else memo.get((tuple(keys), tuple(records)))
             small_keys.append(keys)
             small_done.append(None if done is None else [(rep, list(ms)) for rep, ms in done])
             if done is not None:
@@ -1163,7 +1163,7 @@ class DedupIndex:
             if done is None:
                 done = next(computed)
                 if memo is not None:
-                    memo[("clusters", tuple(keys), tuple(record_of[k] for k in keys))] = [(rep, list(ms)) for rep, ms in done]
+                    memo[tuple(keys), tuple(record_of[k] for k in keys)] = [(rep, list(ms)) for rep, ms in done]
             small_out.append((keys, done))
         placed = iter(small_out)
         return [self._cluster_component(comp, shingles) if len(comp) >= _FAMILY_MIN else next(placed) for comp in comps]
