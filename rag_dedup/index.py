@@ -57,7 +57,7 @@ import os
 import warnings
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -828,16 +828,27 @@ class DedupIndex:
         def node(g: int) -> Any:
             return node_of.get(g, g)
 
+        # Run again after a conflict (a shared store's run_batch), a pair an earlier attempt verified is
+        # not verified again: whether it joins is a function of its two groups' shingles, which a group
+        # id names for as long as attempt_memo lives (see _attempt_cache).
+        joins = self._attempt_cache(("joins", self.threshold))
         todo = [pair for pair in dict.fromkeys((a, b) if a < b else (b, a) for a, b in pairs) if pair not in verified]
         for lo in range(0, len(todo), _VERIFY_BLOCK):
             block = [(a, b) for a, b in todo[lo : lo + _VERIFY_BLOCK] if find(node(a)) != find(node(b))]
             if not block:
                 continue
             verified.update(block)
+            if joins is not None:
+                known = [pair for pair in block if pair in joins]
+                if known:
+                    for a, b in known:
+                        if joins[a, b]:
+                            uf.union(node(a), node(b))
+                    block = [pair for pair in block if pair not in joins]
+                    if not block:
+                        continue
             ids = list(dict.fromkeys(x for pair in block for x in pair))
-            missing = [g for g in ids if g not in shingles]
-            if missing:
-                shingles.update(zip(missing, self.storage.group_shingles(missing)))
+            self._read_shingles(ids, shingles)
             row = {g: i for i, g in enumerate(ids)}
             sets = [shingles[g] for g in ids]
             if compiled.COMPILED:
@@ -847,19 +858,48 @@ class DedupIndex:
                 # add_many's blocks of 1,000, bench_stream.py's chunks); the same decisions (the bound
                 # only skips pairs whose exact Jaccard is below the threshold).
                 left_rows, right_rows = [row[a] for a, _ in block], [row[b] for _, b in block]
-                for (a, b), sim in zip(block, pair_jaccard(sets, left_rows, right_rows)):
-                    if sim >= self.threshold:
-                        uf.union(node(a), node(b))
-                continue
-            left = np.fromiter((row[a] for a, _ in block), dtype=np.int64, count=len(block))
-            right = np.fromiter((row[b] for _, b in block), dtype=np.int64, count=len(block))
-            sims = np.zeros(len(block), dtype=np.float64)
-            plausible = np.flatnonzero(jaccard_upper_bounds(sets, left, right) >= self.threshold)
-            if len(plausible):
-                sims[plausible] = jaccard_pairs(sets, left[plausible], right[plausible])
-            for (a, b), sim in zip(block, sims.tolist()):
-                if sim >= self.threshold:
+                sims = pair_jaccard(sets, left_rows, right_rows)
+            else:
+                left = np.fromiter((row[a] for a, _ in block), dtype=np.int64, count=len(block))
+                right = np.fromiter((row[b] for _, b in block), dtype=np.int64, count=len(block))
+                exact = np.zeros(len(block), dtype=np.float64)
+                plausible = np.flatnonzero(jaccard_upper_bounds(sets, left, right) >= self.threshold)
+                if len(plausible):
+                    exact[plausible] = jaccard_pairs(sets, left[plausible], right[plausible])
+                sims = exact.tolist()
+            for (a, b), sim in zip(block, sims):
+                joined = sim >= self.threshold
+                if joined:
                     uf.union(node(a), node(b))
+                if joins is not None:
+                    joins[a, b] = joined
+
+    def _attempt_cache(self, name: Hashable) -> dict[Any, Any] | None:
+        """The dict ``name`` of the storage's ``attempt_memo`` (made on first use), or None without one.
+
+        Inside a shared store's ``run_batch`` the attempts of one batch share it: what is kept there
+        must be a pure function of group ids (an id names one group, with one set of shingles, for
+        as long as the memo lives; it is emptied when that may no longer hold)."""
+        memo: dict[Any, Any] | None = getattr(self.storage, "attempt_memo", None)
+        return None if memo is None else memo.setdefault(name, {})
+
+    def _read_shingles(self, gids: Iterable[int], shingles: dict[int, np.ndarray]) -> None:
+        """Put in ``shingles`` the sets of ``gids`` it lacks: from the attempt memo (see
+        :meth:`_attempt_cache`; an earlier attempt of the batch read them), else from the storage
+        (then kept in the memo too)."""
+        missing = [g for g in gids if g not in shingles]
+        if not missing:
+            return
+        kept = self._attempt_cache("shingles")
+        if kept is not None:
+            shingles.update((g, kept[g]) for g in missing if g in kept)
+            missing = [g for g in missing if g not in shingles]
+            if not missing:
+                return
+        found = self.storage.group_shingles(missing)
+        shingles.update(zip(missing, found))
+        if kept is not None:
+            kept.update(zip(missing, found))
 
     def _link_and_recluster(
         self,
@@ -1036,18 +1076,16 @@ class DedupIndex:
         # Run again after a conflict (a shared store's run_batch), a component whose members and
         # records did not change is not clustered again: the clusters are a function of them (and of
         # the groups' shingles, which a group id names for as long as attempt_memo lives).
-        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
+        memo = self._attempt_cache("clusters")
         if memo is not None:
-            memo_key = ("clusters", tuple(keys), tuple(records))
+            memo_key = (tuple(keys), tuple(records))
             done = memo.get(memo_key)
             if done is not None:
                 return keys, [(rep, list(ms)) for rep, ms in done]
         family = self._family(gids)
         if family is not None:
             shingles.update((g, family.sets[g]) for g in gids if g not in shingles and g in family.index)
-        missing = [g for g in gids if g not in shingles]
-        if missing:
-            shingles.update(zip(missing, storage.group_shingles(missing)))
+        self._read_shingles(gids, shingles)
         if family is not None:
             fresh = [g for g in gids if g not in family.index]
             family.add(fresh, [shingles[g] for g in fresh])
@@ -1091,17 +1129,15 @@ class DedupIndex:
         keys_of = dict(zip(gids, group_keys))
         flat = [k for ks in group_keys for k in ks]
         record_of = dict(zip(flat, storage.get_items(flat)))
-        missing = [g for g in gids if g not in shingles]
-        if missing:
-            shingles.update(zip(missing, storage.group_shingles(missing)))
-        memo: dict[Any, Any] | None = getattr(storage, "attempt_memo", None)
+        self._read_shingles(gids, shingles)
+        memo = self._attempt_cache("clusters")
         small_keys: list[list[str]] = []
         small_done: list[list[ClusterEntry] | None] = []  # from an earlier attempt's memo (see _cluster_component)
         small_members: list[list[tuple[Member, int]]] = []
         for comp in small:
             keys = [k for g in comp for k in keys_of[g]]
             records = [record_of[key] for key in keys]
-            done = None if memo is None else memo.get(("clusters", tuple(keys), tuple(records)))
+            done = None if memo is None else memo.get((tuple(keys), tuple(records)))
             small_keys.append(keys)
             small_done.append(None if done is None else [(rep, list(ms)) for rep, ms in done])
             if done is not None:
@@ -1118,7 +1154,7 @@ class DedupIndex:
             if done is None:
                 done = next(computed)
                 if memo is not None:
-                    memo[("clusters", tuple(keys), tuple(record_of[k] for k in keys))] = [(rep, list(ms)) for rep, ms in done]
+                    memo[tuple(keys), tuple(record_of[k] for k in keys)] = [(rep, list(ms)) for rep, ms in done]
             small_out.append((keys, done))
         placed = iter(small_out)
         return [self._cluster_component(comp, shingles) if len(comp) >= _FAMILY_MIN else next(placed) for comp in comps]

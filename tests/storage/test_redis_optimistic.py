@@ -15,12 +15,15 @@ import multiprocessing
 import os
 import random
 import uuid
+from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 
 from rag_dedup import DedupIndex
+from rag_dedup.storage.bookkeeping import Table
 from rag_dedup.storage.redis import RedisStorage
 from rag_dedup.storage.redis.storage import OPTIMISTIC_ATTEMPTS
 from tests.corpus import chunks, edited
@@ -299,3 +302,111 @@ def test_a_batch_run_again_after_a_drop_takes_new_group_ids(redis_url, namespace
     client = redis.Redis.from_url(redis_url)
     assert client.hlen(f"{namespace}:groups") == len(reference(others + BATCH)["matches"])  # no id shared by two groups
     assert state(index) == reference(others + BATCH)
+
+
+def _pairs_computed(monkeypatch: Any, done: list[int]) -> list[tuple[int, int]]:
+    """(attempt, pairs) for every block of pairs whose Jaccard the index computes from now on (the compiled
+    kernel, or the numpy path's bound, which every computed pair goes through)."""
+    import rag_dedup.index as index_module
+
+    seen: list[tuple[int, int]] = []
+    for name in ("pair_jaccard", "jaccard_upper_bounds"):
+        original = getattr(index_module, name)
+
+        def spy(sets: Any, left: Any, right: Any, original: Any = original) -> Any:
+            seen.append((len(done), len(left)))
+            return original(sets, left, right)
+
+        monkeypatch.setattr(index_module, name, spy)
+    return seen
+
+
+def _encoded(monkeypatch: Any, done: list[int], others: list[bool]) -> dict[int, Counter[Table]]:
+    """attempt -> how many item records and groups the storages encode in it from now on, but while ``others``."""
+    from rag_dedup.storage.redis import keys
+
+    seen: dict[int, Counter[Table]] = {0: Counter(), 1: Counter()}
+    for table in (Table.ITEMS, Table.GROUPS):
+        field, encode, decode = keys.CODECS[table]
+
+        def spy(value: Any, encode: Any = encode, table: Table = table) -> bytes:
+            if not others:
+                seen.setdefault(len(done), Counter())[table] += 1
+            return encode(value)
+
+        monkeypatch.setitem(keys.CODECS, table, (field, spy, decode))
+    return seen
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_a_batch_run_again_verifies_only_the_pairs_no_earlier_attempt_verified(redis_url, namespace, monkeypatch, request, path):
+    """Redo only what conflicts, for the verification: a batch of near-duplicates of stored texts is
+    refused because another worker committed a near-duplicate of one of its texts between its reads
+    and its commit; its second attempt computes the Jaccard only of pairs the first did not (those
+    of the other worker's new group), not again the ~20 pairs of the first, reads no stored group's
+    shingles again, and encodes none of its item records and groups again (they did not change); the
+    result is exactly the one-process partition. On the compiled path and on the numpy reference path."""
+    if path == "numpy":
+        request.getfixturevalue("reference_kernels")
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    near = [{"key": f"near-{i}", "text": edited(b["text"], 0.01, seed=100 + i)} for i, b in enumerate(BASE[:20])]
+    copy = copy_of_target("near", 0)
+    others: list[bool] = []  # non-empty while the other index adds its copy (what it encodes is not counted)
+
+    def other_commits(n: int) -> None:
+        if n == 0:
+            others.append(True)
+            other.add_many([copy])
+            others.clear()
+
+    done = before_each_commit(index, other_commits)
+    computed = _pairs_computed(monkeypatch, done)
+    read: list[tuple[int, int]] = []  # (attempt, groups) for each read of stored groups' shingles
+    group_shingles = index.storage.group_shingles
+
+    def spy(gids: Any) -> Any:
+        read.append((len(done), len(gids)))
+        return group_shingles(gids)
+
+    monkeypatch.setattr(index.storage, "group_shingles", spy)
+    encoded = _encoded(monkeypatch, done, others)
+    index.add_many(BATCH + near)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    # The same records and groups (each text keeps its group id): encoded once, by the first attempt.
+    assert encoded[0][Table.ITEMS] == len(BATCH + near) and encoded[0][Table.GROUPS] >= len(near)
+    assert not encoded[1]
+    first = sum(n for attempt, n in computed if attempt == 0)
+    again = sum(n for attempt, n in computed if attempt == 1)
+    assert first >= len(near)  # each near-duplicate against its original, at least
+    assert 0 < again <= 3  # the other's near-duplicate against TARGET (and what else it shares a bucket with)
+    assert sum(n for attempt, n in read if attempt == 1) <= again  # only the other's new group(s)
+    expected = reference(BASE + [copy] + BATCH + near)
+    assert expected["matches"][copy["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
+    assert state(index) == expected
+
+
+def test_a_batch_checked_again_fingerprints_only_what_it_read_since(redis_url, namespace, monkeypatch):
+    """The check of an optimistic batch (at each commit attempt, and at the start of its next attempt)
+    compares the fingerprints of everything it read with what the commits since wrote: those of the
+    names an earlier check of the batch saw are kept, and only new reads are fingerprinted; a write
+    of something read is still found."""
+    from rag_dedup.storage.redis import overlay as overlay_module
+    from rag_dedup.storage.redis.overlay import Batch
+
+    overlay = RedisStorage(redis_url, namespace=namespace)._overlay
+    prints = overlay_module._prints
+
+    def log_entry(*names: bytes) -> bytes:
+        return np.sort(prints(list(names))).astype(">u8").tobytes()
+
+    counted: list[int] = []
+    monkeypatch.setattr(overlay_module, "_prints", lambda names: counted.append(len(names)) or prints(names))
+    batch = Batch(token=None)
+    batch.seen_hashes[b"h"] = {b"a": b"1", b"b": None}
+    assert not overlay._check(batch, True, [log_entry(b"other\0x")])
+    batch.seen_hashes[b"h"][b"c"] = b"2"
+    assert not overlay._check(batch, True, [log_entry(b"other\0y")])
+    assert overlay._check(batch, True, [log_entry(b"h\0a")])  # another commit wrote field a of h
+    assert counted == [2, 1] and batch.seen_hashes[b"h"] == {b"b": None, b"c": b"2"}

@@ -60,6 +60,17 @@ def _prints(names: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(blob, dtype="<u8").astype(np.uint64)
 
 
+def _prints_kept(names: Sequence[bytes], kept: dict[bytes, int]) -> np.ndarray:
+    """:func:`_prints` of names, those already in ``kept`` taken from there (the others added to it)."""
+    missing = [n for n in names if n not in kept]
+    if missing:
+        found = _prints(missing)
+        kept.update(zip(missing, found.tolist()))
+        if len(missing) == len(names):
+            return found
+    return np.fromiter((kept[n] for n in names), dtype=np.uint64, count=len(names))
+
+
 def _among(values: np.ndarray, written: np.ndarray) -> np.ndarray:
     """Which ``values`` are in ``written`` (sorted): a binary search each (np.isin sorts or hashes
     both arrays, several times slower at these sizes)."""
@@ -183,6 +194,9 @@ class Batch:
     seen_strings: dict[bytes, bytes | None] = field(default_factory=dict)
     seen_hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)
     seen_sets: dict[bytes, set[bytes]] = field(default_factory=dict)
+    #: The fingerprints of what it read (name -> print, see :func:`_prints`), kept for the checks of
+    #: its attempts: each checks everything read so far, mostly the same names.
+    read_prints: dict[bytes, int] = field(default_factory=dict)
 
     def hash_of(self, key: bytes) -> dict[bytes, bytes | None]:
         return self.hashes.setdefault(key, {})
@@ -667,9 +681,10 @@ class Overlay:
             self._forget(batch, None)
             return True
         written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))
-        hash_hits = _among(_prints(_field_names(batch.seen_hashes)), written)
-        set_hits = _among(_prints(list(batch.seen_sets)), written)
-        string_hits = _among(_prints(list(batch.seen_strings)), written)
+        kept = batch.read_prints
+        hash_hits = _among(_prints_kept(_field_names(batch.seen_hashes), kept), written)
+        set_hits = _among(_prints_kept(list(batch.seen_sets), kept), written)
+        string_hits = _among(_prints_kept(list(batch.seen_strings), kept), written)
         bands = np.concatenate([*batch.read_bands, batch.seen_buckets.keys])
         band_hits = _among(bands, written)
         if not (hash_hits.any() or set_hits.any() or string_hits.any() or band_hits.any()):
@@ -838,6 +853,7 @@ def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[li
 
 def _take_cache(old: Batch, new: Batch) -> None:
     new.seen_hashes, new.seen_sets, new.seen_strings, new.seen_buckets = old.seen_hashes, old.seen_sets, old.seen_strings, old.seen_buckets
+    new.read_prints = old.read_prints
 
 
 def _chunks(values: list[Any]) -> list[list[Any]]:

@@ -36,6 +36,22 @@ OPTIMISTIC_ATTEMPTS = 2
 T = TypeVar("T")
 
 
+def _same_record(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two item records encode alike: equal, field by field of one type (``1 == 1.0``, which encode apart)."""
+    return a == b and list(map(type, a)) == list(map(type, b))
+
+
+def _same_group(a: tuple[bytes, np.ndarray], b: tuple[bytes, np.ndarray]) -> bool:
+    """Whether two groups encode alike: one digest, and one shingle array (the same object)."""
+    return a[1] is b[1] and a[0] == b[0]
+
+
+#: Tables whose values the attempts of one :meth:`RedisStorage.run_batch` encode once each (see
+#: ``RedisStorage._encoded``), and how to tell that a value is the one encoded before: the bulk of a
+#: batch's writes, a record per new text and a group per new digest.
+ENCODED_ONCE: dict[Table, Callable[[Any, Any], bool]] = {Table.ITEMS: _same_record, Table.GROUPS: _same_group}
+
+
 class RedisStorage(Bookkeeping):
     """DedupIndex storage in Redis, shared by every process that opens the same URL and namespace.
 
@@ -414,8 +430,30 @@ class RedisStorage(Bookkeeping):
             return
         pending = self._overlay.open_batch().hash_of(self.keys.hashes[table])
         field, encode, _ = CODECS[table]
+        done = self._encoded(table)
+        if done is None:
+            for k, v in values.items():
+                pending[field(k)] = None if v is None else encode(v)
+            return
+        same = ENCODED_ONCE[table]
         for k, v in values.items():
-            pending[field(k)] = None if v is None else encode(v)
+            if v is None:
+                pending[field(k)] = None
+                continue
+            old = done.get(k)
+            if old is None or not same(old[1], v):
+                old = done[k] = (field(k), v, encode(v))
+            pending[old[0]] = old[2]
+
+    def _encoded(self, table: Table) -> dict[Any, tuple[bytes, Any, bytes]] | None:
+        """Inside :meth:`run_batch`, for the tables of ``ENCODED_ONCE``: what the attempts of the batch
+        encoded, by key, as (field, value, encoded value); None elsewhere. A batch run again writes
+        the same records and groups as its refused attempt but where a conflict changed them: each
+        is encoded once."""
+        memo = self.attempt_memo
+        if memo is None or table not in ENCODED_ONCE:
+            return None
+        return memo.setdefault(("encoded", table), {})  # type: ignore[no-any-return]
 
     def _scan(self, table: Table) -> list[tuple[Any, Any]]:
         key = self.keys.hashes[table]
