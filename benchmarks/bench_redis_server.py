@@ -34,7 +34,7 @@ def script_names() -> dict[bytes, str]:
     return {getattr(scripts, n).encode()[:100]: n for n in dir(scripts) if n.isupper() and isinstance(getattr(scripts, n), str)}
 
 
-def profile(url: str, chunks: int) -> dict[str, Any]:
+def profile(url: str, chunks: int, slow_log: bool = True) -> dict[str, Any]:
     """Run the one-process configuration and return the server's figures (microseconds, calls)."""
     import redis
 
@@ -46,10 +46,10 @@ def profile(url: str, chunks: int) -> dict[str, Any]:
     items, _, _ = planted_chunks(chunks)
     random.Random(1).shuffle(items)
     DedupIndex().add_many(items[:200])  # the kernels, loaded before anything is measured
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     index = DedupIndex(storage=url, namespace="bench-redis-server")
     index.drop()
-    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-log-slower-than", 0 if slow_log else -1)
     client.config_set("slowlog-max-len", 1_000_000)
     client.slowlog_reset()
     client.config_resetstat()
@@ -59,8 +59,9 @@ def profile(url: str, chunks: int) -> dict[str, Any]:
     index.add_many(items)
     cpu1 = client.info("cpu")
     stats = client.info("commandstats")
+    log = client.slowlog_get(1_000_000) if slow_log else []
+    client.slowlog_reset()  # the log's own memory is not the index's
     used1 = client.info("memory")["used_memory"]
-    log = client.slowlog_get(1_000_000)
     client.config_set("slowlog-log-slower-than", 10000)
     server = sum(float(cpu1[k]) - float(cpu0[k]) for k in ("used_cpu_user", "used_cpu_sys")) * 1e6
     names = script_names()
@@ -112,6 +113,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--url", help="an existing server (namespace bench-redis-server of it is dropped)")
     parser.add_argument("--tree", help="a directory holding the rag_dedup package to measure (default: this tree)")
+    parser.add_argument(
+        "--no-slow-log", action="store_true", help="leave the slow log off (for a server run under valgrind, which counts instructions itself)"
+    )
     args = parser.parse_args()
     if args.tree:
         sys.path.insert(0, str(Path(args.tree).resolve()))
@@ -124,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = (None, args.url) if args.url else start_server(tmp)
         try:
-            result = profile(url, args.chunks)
+            result = profile(url, args.chunks, not args.no_slow_log)
         finally:
             if proc is not None:
                 proc.terminate()
