@@ -40,9 +40,8 @@ INDEX_FORMAT_VERSION = 1
 DIRECTORY_FORMAT_VERSION = 2
 #: The Redis key layout (the ``<namespace>:format`` key). 2: readable key names, buckets as fields of
 #: a few thousand hashes (see ``rag_dedup/storage/redis/keys.py``). 3: the commit counter and log that
-#: optimistic batches are checked against (``ns:commits``, ``ns:commit-log``). 4: 8,192 bucket hashes
-#: (named by the band key's first 13 bits), not 4,096: half the fields a hash for the server to scan.
-REDIS_LAYOUT_VERSION = 4
+#: optimistic batches are checked against (``ns:commits``, ``ns:commit-log``).
+REDIS_LAYOUT_VERSION = 3
 #: The LlamaIndex DedupTransform's ``dedup_transform.json``. 2: dropped nodes as compact records with
 #: shared parts, plus ``passed``, ``sources`` and ``token``.
 TRANSFORM_STATE_FORMAT = "rag-dedup-transform"

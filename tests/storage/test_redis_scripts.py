@@ -41,9 +41,9 @@ def test_bucket_scripts_match_a_python_reference(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     client.delete(*client.keys(PREFIX + b"*") or [b"none"])
     rng = np.random.default_rng(7)
-    # One bucket hash (the same first 13 bits) with 4,500 distinct fields, past the 2,000 split; other
+    # One bucket hash (the same first 12 bits) with 4,500 distinct fields, past the 2,000 split; other
     # keys spread over many hashes; a few keys repeated within one call and across calls.
-    same_hash = (np.uint64(0x1ABC) << np.uint64(51)) | rng.integers(0, 2**51, 4500, dtype=np.uint64)
+    same_hash = (np.uint64(0xABC) << np.uint64(52)) | rng.integers(0, 2**52, 4500, dtype=np.uint64)
     spread = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64)
     keys = np.concatenate([same_hash, spread, same_hash[:50], spread[:50]])
     gids = rng.integers(0, 2**32 - 1, len(keys), dtype=np.uint64)
@@ -64,11 +64,11 @@ def test_bucket_scripts_match_a_python_reference(redis_url: str) -> None:
 def test_bucket_lookup_reports_a_bucket_that_is_not_whole_ids(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     key = np.array([0x1234567890ABCDEF], dtype=np.uint64)
-    name = scripts.band_hex(key)
-    client.hset(PREFIX + name[:4], name[4:], b"12345")
+    hexes = key.astype(">u8").tobytes().hex()
+    client.hset(PREFIX + hexes[:3].encode(), hexes[3:].encode(), b"12345")
     _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key), scripts.bucket_runs(key)))
     assert bad == b"12345"
-    client.delete(PREFIX + name[:4])
+    client.delete(PREFIX + hexes[:3].encode())
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_a_commit_sets_the_buckets_it_read_to_what_appending_gives(redis_url: st
     client = redis.Redis.from_url(redis_url)
     ours, theirs = b"test-set:ours:", b"test-set:theirs:"
     rng = np.random.default_rng(11)
-    same_hash = (np.uint64(0x1DEF) << np.uint64(51)) | rng.integers(0, 2**51, 2600, dtype=np.uint64)
+    same_hash = (np.uint64(0xDEF) << np.uint64(52)) | rng.integers(0, 2**52, 2600, dtype=np.uint64)
     keys = np.concatenate([same_hash, rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64)])
     stored_keys = keys[::2]
     stored_gids = rng.integers(0, 2**32 - 1, len(stored_keys), dtype=np.uint64)
@@ -140,27 +140,11 @@ def test_a_commit_sets_the_buckets_it_read_to_what_appending_gives(redis_url: st
 
 
 def test_bucket_runs_name_one_hash_each_and_split_long_ones() -> None:
-    """A run is a stretch of keys (in the order given) with the same first 13 bits, at most ``most`` long."""
+    """A run is a stretch of keys (in the order given) with the same first 12 bits, at most ``most`` long."""
     rng = np.random.default_rng(5)
     keys = np.concatenate(
-        [(np.uint64(h) << np.uint64(51)) | rng.integers(0, 2**51, n, dtype=np.uint64) for h, n in ((0x0001, 5), (0x1FFF, 7), (0x0001, 2))]
+        [(np.uint64(h) << np.uint64(52)) | rng.integers(0, 2**52, n, dtype=np.uint64) for h, n in ((0x001, 5), (0xFFF, 7), (0x001, 2))]
     )
     assert np.frombuffer(scripts.bucket_runs(keys), dtype="<u2").tolist() == [5, 7, 2]
     assert np.frombuffer(scripts.bucket_runs(keys, most=3), dtype="<u2").tolist() == [3, 2, 3, 3, 1, 2]
     assert scripts.bucket_runs(np.empty(0, dtype=np.uint64)) == b""
-
-
-def test_band_hex_names_each_bucket_as_the_layout_does_and_round_trips() -> None:
-    """The scripts' names of a bucket (hash and field, cut from ``band_hex``) are ``Layout.bucket``'s,
-    and give the band key back: 13 bits of hash (0000-1fff), 51 of field."""
-    from rag_dedup.storage.redis.keys import Layout
-
-    layout = Layout("ns")
-    keys = np.concatenate([np.array([0, 1, 2**51 - 1, 2**51, 2**64 - 1], dtype=np.uint64), np.random.default_rng(3).integers(0, 2**64 - 1, 500, dtype=np.uint64)])
-    blob = scripts.band_hex(keys)
-    assert len(blob) == 17 * len(keys)
-    for i, k in enumerate(keys.tolist()):
-        name = blob[17 * i : 17 * i + 17]
-        assert (layout.bucket_prefix + name[:4], name[4:]) == layout.bucket(k)
-        assert int(name[:4], 16) < 2**13 and (int(name[:4], 16) << 51) | int(name[4:], 16) == k
-    assert scripts.band_hex(keys.reshape(-1, 5)) == blob  # rows read in order

@@ -1,9 +1,9 @@
 """The Redis key layout of a namespace, its version, and how each value is written and read back.
 
-Key layout 4 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
+Key layout 3 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
 
     key                      type    holds
-    ns:format                string  the key layout: "rag-dedup-redis 4"
+    ns:format                string  the key layout: "rag-dedup-redis 3"
     ns:meta                  string  JSON of the index parameters
     ns:lock                  string  the write lock: a random token, with an expiry
     ns:commits               string  how many batches have committed (INCR at each commit; drop() keeps it)
@@ -14,9 +14,8 @@ Key layout 4 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
     ns:digests               hash    canonical-text digest -> group id (decimal)
     ns:groups                hash    group id -> 1-byte digest length + digest + shingles as '<u4'
     ns:group-items:<gid>     set     the item keys of a group
-    ns:buckets:<4 hex>       hash    the LSH buckets whose band keys' first 13 bits are those 4 hex
-                                     digits (0000-1fff): the other 51 bits as 13 hex digits -> the
-                                     bucket's group ids as '<u4'
+    ns:buckets:<3 hex>       hash    the LSH buckets whose band keys start with those 3 hex digits:
+                                     the other 13 hex digits -> the bucket's group ids as '<u4'
     ns:component-of          hash    group id -> component id (only components of two or more groups)
     ns:component:<cid>       string  the component's sorted group ids as '<i8' (cid: a hash of them)
     ns:cluster-of            hash    item key -> JSON [representative, similarity] (clusters of 2+ items)
@@ -27,10 +26,7 @@ JSON, decimal ids or raw little-endian integers, and each is decoded strictly he
 ValueError, TypeError, ... on anything rag-dedup does not write; the storage turns that into a
 :class:`~rag_dedup.errors.CorruptIndexError` naming the key and field).
 
-**Versions.** Layout 3 named 4,096 bucket hashes by a band key's first 3 hex digits (12 bits); layout
-4 names 8,192 by its first 13 bits, so that a hash holds half the fields, which the server scans
-through for every field it reads or writes (a small hash is a listpack, searched linearly). Layout 2
-had no ``ns:commits`` and ``ns:commit-log``: a layout-2 writer would commit
+**Versions.** Layout 2 had no ``ns:commits`` and ``ns:commit-log``: a layout-2 writer would commit
 without logging, under the noses of optimistic batches, so it must not share a namespace with this one.
 Layout 1 (rag-dedup before the storage split) had no ``ns:format`` and shorter names
 (``gm:``, ``b:``, ``comp``, ``cm:``, ``cof``, ``src:``, ``next_gid``). Opening a namespace whose format
@@ -53,11 +49,9 @@ from rag_dedup import settings
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.bookkeeping import Table
 
-__all__ = ["BUCKET_HASH_BITS", "FORMAT", "LAYOUT_VERSION", "OLD_LAYOUT_KEYS", "Layout"]
+__all__ = ["FORMAT", "LAYOUT_VERSION", "OLD_LAYOUT_KEYS", "Layout"]
 
 LAYOUT_VERSION = settings.REDIS_LAYOUT_VERSION
-#: The bucket hash of a band key: its first BUCKET_HASH_BITS bits (:meth:`Layout.bucket`).
-BUCKET_HASH_BITS = 13
 FORMAT = f"rag-dedup-redis {LAYOUT_VERSION}".encode()
 #: Keys that only a layout-1 namespace has (it had no ``format`` key).
 OLD_LAYOUT_KEYS = (b"next_gid", b"cof", b"comp")
@@ -95,19 +89,15 @@ class Layout:
         return self._set_prefixes[table] + (enc(owner) if table is Table.SOURCES else b"%d" % owner)
 
     def bucket(self, band_key: int) -> tuple[bytes, bytes]:
-        """(hash, field) of the bucket of ``band_key``: its first 13 bits as 4 hex digits, the other 51
-        as 13 (``scripts.band_hex`` writes the same names for the scripts).
+        """(hash, field) of the bucket of ``band_key``.
 
-        Buckets are fields of 8,192 hashes, not a key each: a top-level key costs the server several
+        Buckets are fields of 4,096 hashes, not a key each: a top-level key costs the server several
         times the memory of a field of a small hash (which Redis keeps as a compact listpack; the
         README's Performance table has the measured bytes a chunk). With 21 bands, 20k chunks make
-        about 50 fields a hash (20,000 x 21 / 8,192). A listpack is searched linearly, field by field,
-        for every field read or written: 4,096 hashes (layout 3) made that search ~40% of the server's
-        instructions in ``add_many``; 8,192 halve it for ~1,900 more ``HMGET``/``HSET`` calls a batch of
-        1,000 chunks (measured with callgrind: -22% of the bucket scripts' instructions at 20k chunks).
+        about 100 fields a hash (20,000 x 21 / 4,096).
         """
-        shift = 64 - BUCKET_HASH_BITS
-        return self.bucket_prefix + b"%04x" % (band_key >> shift), b"%013x" % (band_key & ((1 << shift) - 1))
+        name = b"%016x" % band_key
+        return self.bucket_prefix + name[:3], name[3:]
 
     def component(self, cid: bytes) -> bytes:
         return self.component_prefix + cid

@@ -1,19 +1,16 @@
 """The Lua scripts the Redis storage runs on the server, and the blobs they read.
 
 LSH buckets travel as hex blobs, not as one argument per bucket (which costs the client more than the
-server's work): a bucket script gets the bucket key prefix and band keys written as their bucket's
-names, 17 hex digits each (:func:`band_hex`), and names each bucket from them (see below). The bucket
-keys are therefore not declared in KEYS, which a standalone server allows (Redis Cluster would not; it
-is not supported).
+server's work): a bucket script gets the bucket key prefix and concatenated 16-hex-digit band keys,
+and names each bucket from its band key (see below). The bucket keys are therefore not declared in
+KEYS, which a standalone server allows (Redis Cluster would not; it is not supported).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rag_dedup.storage.redis.keys import BUCKET_HASH_BITS
-
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKETS_SET", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "band_hex", "bucket_runs", "lookup_reply", "pair_blobs", "row_blob", "set_blobs"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKETS_SET", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "bucket_runs", "lookup_reply", "pair_blobs", "row_blob", "set_blobs"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -49,23 +46,23 @@ return out
 #: Bulk set writes: KEYS[i] gets (or loses) member ARGV[i] (a key may repeat).
 SADD_PAIRS = "for i = 1, #KEYS do redis.call('sadd', KEYS[i], ARGV[i]) end return #KEYS"
 SREM_PAIRS = "for i = 1, #KEYS do redis.call('srem', KEYS[i], ARGV[i]) end return #KEYS"
-# LSH buckets (key layout 4): a band key's 17 hex digits (``band_hex``) name its bucket as hash
-# ``prefix .. hex[1..4]``, field ``hex[5..17]`` (keys.Layout.bucket); the value is the bucket's group ids
-# as little-endian uint32, concatenated. ARGV[2] of every bucket script is a blob of them.
+# LSH buckets (key layout 2): a band key's 16 hex digits name its bucket as hash ``prefix .. hex[1..3]``,
+# field ``hex[4..16]`` (keys.Layout.bucket); the value is the bucket's group ids as little-endian uint32, concatenated.
+# ARGV[2] of every bucket script is a blob of 16-hex-digit band keys.
 
 #: ARGV[1]: the bucket key prefix; ARGV[2]: band keys, sorted (``pair_blobs`` sorts them); ARGV[3]: one
 #: group id for each, as raw '<u4'. Appends each group id to its bucket. The band keys of one bucket
-#: hash (their first 4 hex digits) are contiguous: each run of them is one HMGET and one HSET of all its
+#: hash (their first 3 hex digits) are contiguous: each run of them is one HMGET and one HSET of all its
 #: fields (a group id appended to what the field held), not a command per pair, which is what the
 #: server's time goes to (a ``redis.call`` costs microseconds; the string work between them, less).
 BUCKETS_ADD = """
 local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
 local n, i = #gids / 4, 0
 while i < n do
-  local hk = string.sub(keys, i * 17 + 1, i * 17 + 4)
+  local hk = string.sub(keys, i * 16 + 1, i * 16 + 3)
   local added, names, m = {}, {}, 0
-  while i < n and m < 2000 and string.sub(keys, i * 17 + 1, i * 17 + 4) == hk do
-    local f, g = string.sub(keys, i * 17 + 5, i * 17 + 17), string.sub(gids, i * 4 + 1, i * 4 + 4)
+  while i < n and m < 2000 and string.sub(keys, i * 16 + 1, i * 16 + 3) == hk do
+    local f, g = string.sub(keys, i * 16 + 4, i * 16 + 16), string.sub(gids, i * 4 + 1, i * 4 + 4)
     local had = added[f]
     if had then added[f] = had .. g else m = m + 1; names[m] = f; added[f] = g end
     i = i + 1
@@ -97,13 +94,13 @@ for r = 1, #runs, 2 do
   local m = struct.unpack('<I2', runs, r)
   local args = {}
   for t = 1, 2 * m, 2 do
-    local p, e = i * 17, nil
+    local p, e = i * 16, nil
     if wide then e = at + struct.unpack('<I4', counts, i * 4 + 1) * 4 else e = at + byte(counts, i + 1) * 4 end
-    args[t] = sub(keys, p + 5, p + 17)
+    args[t] = sub(keys, p + 4, p + 16)
     args[t + 1] = sub(vals, at, e - 1)
     at = e; i = i + 1
   end
-  redis.call('hset', pfx .. sub(keys, i * 17 - 16, i * 17 - 13), unpack(args, 1, 2 * m))
+  redis.call('hset', pfx .. sub(keys, i * 16 - 15, i * 16 - 13), unpack(args, 1, 2 * m))
 end
 return 1
 """
@@ -111,8 +108,8 @@ return 1
 BUCKETS_REM = """
 local pfx, keys, gids = ARGV[1], ARGV[2], ARGV[3]
 for i = 0, #gids / 4 - 1 do
-  local p = i * 17 + 1
-  local h, f = pfx .. string.sub(keys, p, p + 3), string.sub(keys, p + 4, p + 16)
+  local p = i * 16 + 1
+  local h, f = pfx .. string.sub(keys, p, p + 2), string.sub(keys, p + 3, p + 15)
   local g, v = string.sub(gids, i * 4 + 1, i * 4 + 4), redis.call('hget', h, f)
   if v then
     local kept, k = {}, 0
@@ -125,7 +122,7 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (``band_hex``); ARGV[3]: their runs, '<u2'
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (16 hex digits each); ARGV[3]: their runs, '<u2'
 #: each (``bucket_runs``). Returns two blobs: for each band key whose bucket holds a group, its number in
 #: the blob and the byte length of its bucket's value (two '<u4' each); and those values concatenated, key
 #: after key (group ids as '<u4'). Most buckets a batch asks about are empty: the reply is two bulk
@@ -140,8 +137,8 @@ local i, heads, parts, h, k = 0, {}, {}, 0, 0
 for r = 1, #runs, 2 do
   local m = struct.unpack('<I2', runs, r)
   local names = {}
-  for t = 1, m do local p = (i + t) * 17; names[t] = sub(blob, p - 12, p) end
-  local values = redis.call('hmget', pfx .. sub(blob, i * 17 + 1, i * 17 + 4), unpack(names, 1, m))
+  for t = 1, m do local p = (i + t) * 16; names[t] = sub(blob, p - 12, p) end
+  local values = redis.call('hmget', pfx .. sub(blob, i * 16 + 1, i * 16 + 3), unpack(names, 1, m))
   for t = 1, m do
     local v = values[t]
     if v then
@@ -165,18 +162,7 @@ def lookup_reply(reply: list[bytes]) -> tuple[np.ndarray, np.ndarray, bytes | No
     return np.repeat(heads[:, 0], heads[:, 1] >> 2), gids, None
 
 
-def band_hex(keys: np.ndarray) -> bytes:
-    """Band keys (any shape, read in row order) as the scripts read them: for each, its bucket hash's
-    name (the first 13 bits, 4 hex digits) then its field's (the other 51 bits, 13 hex digits), as
-    :meth:`keys.Layout.bucket` names them."""
-    keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
-    shift = np.uint64(64 - BUCKET_HASH_BITS)
-    hashes = np.frombuffer((keys >> shift).astype(">u2").tobytes().hex().encode(), dtype=np.uint8).reshape(-1, 4)
-    fields = np.frombuffer((keys & ((np.uint64(1) << shift) - np.uint64(1))).astype(">u8").tobytes().hex().encode(), dtype=np.uint8)
-    return np.concatenate([hashes, fields.reshape(-1, 16)[:, 16 - 13 :]], axis=1).tobytes()
-
-
-def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[bytes, bytes]]:
+def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes]]:
     """(band key, group id) pairs for BUCKETS_ADD/BUCKETS_REM: (hex band keys, raw '<u4' ids), ``per_blob``
     each, sorted by band key (a pair's order within its key kept).
 
@@ -186,12 +172,12 @@ def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> lis
     if len(gids) and int(np.max(gids)) >= 2**32:
         raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
     order = np.argsort(np.asarray(keys, dtype=np.uint64), kind="stable")  # a bucket hash's keys together
-    hexes = band_hex(np.asarray(keys, dtype=np.uint64)[order])
+    hexes = np.asarray(keys, dtype=">u8")[order].tobytes().hex()
     raw = np.asarray(gids, dtype="<u4")[order].tobytes()
-    return [(hexes[17 * i : 17 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
+    return [(hexes[16 * i : 16 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
 
 
-def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[bytes, bytes, bytes, bytes, bytes]]:
+def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes, bytes, bytes, bytes]]:
     """Buckets for BUCKETS_SET: distinct sorted band ``keys``, key i's new value the group ids
     ``gids[starts[i] : starts[i + 1]]``; as (hex band keys, the id count of each, the counts' width
     b"1" or b"4", '<u4' values, ``bucket_runs``), ``per_blob`` keys each.
@@ -202,7 +188,7 @@ def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: 
     if len(gids) and int(np.max(gids)) >= 2**32:
         raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
     keys = np.asarray(keys, dtype=np.uint64)
-    hexes = band_hex(keys)
+    hexes = keys.astype(">u8").tobytes().hex()
     counts = np.diff(starts)
     raw = np.asarray(gids, dtype="<u4").tobytes()
     out = []
@@ -211,18 +197,18 @@ def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: 
         part = counts[i:j]
         wide = bool(len(part)) and int(part.max()) > 255
         packed = part.astype("<u4" if wide else "u1").tobytes()
-        out.append((hexes[17 * i : 17 * j], packed, b"4" if wide else b"1", raw[4 * int(starts[i]) : 4 * int(starts[j])], bucket_runs(keys[i:j])))
+        out.append((hexes[16 * i : 16 * j], packed, b"4" if wide else b"1", raw[4 * int(starts[i]) : 4 * int(starts[j])], bucket_runs(keys[i:j])))
     return out
 
 
 def bucket_runs(keys: np.ndarray, most: int = 2000) -> bytes:
-    """The runs of band ``keys`` (in the order sent) that name one bucket hash (the same first 13 bits),
+    """The runs of band ``keys`` (in the order sent) that name one bucket hash (the same first 12 bits),
     at most ``most`` keys each (what one HMGET or HSET of a bucket script takes), as '<u2' key counts."""
     keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
     n = len(keys)
     if not n:
         return b""
-    hashes = keys >> np.uint64(64 - BUCKET_HASH_BITS)
+    hashes = keys >> np.uint64(52)
     first = np.concatenate(([True], hashes[1:] != hashes[:-1]))
     starts = np.flatnonzero(first)
     lens = np.diff(np.append(starts, n))
@@ -233,6 +219,6 @@ def bucket_runs(keys: np.ndarray, most: int = 2000) -> bytes:
     return lens.astype("<u2").tobytes()
 
 
-def row_blob(rows: np.ndarray) -> bytes:
-    """Band keys (any shape, read in row order) as one blob for BUCKET_LOOKUP (``band_hex``)."""
-    return band_hex(rows)
+def row_blob(rows: np.ndarray) -> str:
+    """Band keys (any shape, read in row order) as one hex blob for BUCKET_LOOKUP."""
+    return np.ascontiguousarray(rows, dtype=">u8").tobytes().hex()
