@@ -29,7 +29,7 @@ def _add(client: redis.Redis, keys: np.ndarray, gids: np.ndarray) -> None:
 
 
 def _lookup(client: redis.Redis, keys: np.ndarray) -> dict[int, list[int]]:
-    at, gids, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(keys)))
+    at, gids, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(keys), scripts.bucket_runs(keys)))
     assert bad is None
     out: dict[int, list[int]] = defaultdict(list)
     for r, g in zip(at.tolist(), gids.tolist()):
@@ -66,7 +66,7 @@ def test_bucket_lookup_reports_a_bucket_that_is_not_whole_ids(redis_url: str) ->
     key = np.array([0x1234567890ABCDEF], dtype=np.uint64)
     hexes = key.astype(">u8").tobytes().hex()
     client.hset(PREFIX + hexes[:3].encode(), hexes[3:].encode(), b"12345")
-    _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key)))
+    _, _, bad = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, PREFIX, scripts.row_blob(key), scripts.bucket_runs(key)))
     assert bad == b"12345"
     client.delete(PREFIX + hexes[:3].encode())
 
@@ -119,19 +119,32 @@ def test_a_commit_sets_the_buckets_it_read_to_what_appending_gives(redis_url: st
             client.eval(scripts.BUCKETS_ADD, 0, prefix, hexes, raw)
     batch = Batch(token=None)
     read = keys[: 3 * len(keys) // 4]  # read: stored buckets and empty ones; the last quarter unread
-    at, found, _ = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, ours, scripts.row_blob(np.sort(read))))
+    at, found, _ = scripts.lookup_reply(client.eval(scripts.BUCKET_LOOKUP, 0, ours, scripts.row_blob(np.sort(read)), scripts.bucket_runs(np.sort(read))))
     batch.bucket_replies.append((np.sort(read), at, found))
-    filed = np.concatenate([keys, keys[:300]])  # some buckets receive two ids
+    # Some buckets receive two ids; one receives 301 (its id count no longer fits the one-byte counts).
+    filed = np.concatenate([keys, keys[:300], np.full(300, keys[1])])
     gids = rng.integers(0, 2**32 - 1, len(filed), dtype=np.uint64)
     batch.unfile(int(stored_gids[0]), [int(stored_keys[0])])  # taken out of a read bucket: appended to, not set
     known, (rest_keys, rest_gids) = _bucket_values(batch, filed, gids)
     assert known and 0 < len(rest_keys) < len(filed)
+    assert b"4" in {width for _, _, width, _, _ in known}
     assert int(stored_keys[0]) in set(rest_keys.tolist())
-    for hexes, lens, raw in known:
-        client.eval(scripts.BUCKETS_SET, 0, ours, hexes, lens, raw)
+    for hexes, counts, width, raw, runs in known:
+        client.eval(scripts.BUCKETS_SET, 0, ours, hexes, counts, raw, width, runs)
     for hexes, raw in scripts.pair_blobs(rest_keys, rest_gids):
         client.eval(scripts.BUCKETS_ADD, 0, ours, hexes, raw)
     for hexes, raw in scripts.pair_blobs(filed, gids):
         client.eval(scripts.BUCKETS_ADD, 0, theirs, hexes, raw)
     assert _buckets(client, ours) == _buckets(client, theirs)
     client.delete(*client.keys(b"test-set:*"))
+
+
+def test_bucket_runs_name_one_hash_each_and_split_long_ones() -> None:
+    """A run is a stretch of keys (in the order given) with the same first 12 bits, at most ``most`` long."""
+    rng = np.random.default_rng(5)
+    keys = np.concatenate(
+        [(np.uint64(h) << np.uint64(52)) | rng.integers(0, 2**52, n, dtype=np.uint64) for h, n in ((0x001, 5), (0xFFF, 7), (0x001, 2))]
+    )
+    assert np.frombuffer(scripts.bucket_runs(keys), dtype="<u2").tolist() == [5, 7, 2]
+    assert np.frombuffer(scripts.bucket_runs(keys, most=3), dtype="<u2").tolist() == [3, 2, 3, 3, 1, 2]
+    assert scripts.bucket_runs(np.empty(0, dtype=np.uint64)) == b""

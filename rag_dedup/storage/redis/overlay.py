@@ -581,8 +581,8 @@ class Overlay:
         for hexes, raw in scripts.pair_blobs(*removals):
             pipe.eval(scripts.BUCKETS_REM, 0, bucket_prefix, hexes, raw)
         known, (keys, gids) = _bucket_values(batch, *batch.filed_pairs())
-        for hexes, lens, raw in known:
-            pipe.eval(scripts.BUCKETS_SET, 0, bucket_prefix, hexes, lens, raw)
+        for hexes, counts, width, raw, runs in known:
+            pipe.eval(scripts.BUCKETS_SET, 0, bucket_prefix, hexes, counts, raw, width, runs)
         for hexes, raw in scripts.pair_blobs(keys, gids):
             pipe.eval(scripts.BUCKETS_ADD, 0, bucket_prefix, hexes, raw)
         for key, value in batch.strings.items():
@@ -801,7 +801,7 @@ class Overlay:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
 
 
-def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[list[tuple[str, bytes, bytes]], tuple[np.ndarray, np.ndarray]]:
+def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[list[tuple[str, bytes, bytes, bytes, bytes]], tuple[np.ndarray, np.ndarray]]:
     """The batch's filed (band key, group id) pairs split in two: the buckets whose value in Redis the
     batch knows, as their new values (``scripts.set_blobs``, for BUCKETS_SET), and the other pairs (for
     BUCKETS_ADD).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKETS_SET", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "lookup_reply", "pair_blobs", "row_blob", "set_blobs"]
+__all__ = ["BUCKETS_ADD", "BUCKETS_REM", "BUCKETS_SET", "BUCKET_LOOKUP", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS", "bucket_runs", "lookup_reply", "pair_blobs", "row_blob", "set_blobs"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -80,23 +80,27 @@ end
 return 1
 """
 #: As BUCKETS_ADD, for buckets whose values the storage knows as they are in Redis: sets them, without
-#: reading them. ARGV[1]: the bucket key prefix; ARGV[2]: band keys, sorted, distinct; ARGV[3]: the byte
-#: length of each one's new value ('<u4'); ARGV[4]: the new values, concatenated in that order. One HSET a
-#: bucket hash (split every 2,000 fields); no HMGET, and no string built from the old value, which is
-#: most of what BUCKETS_ADD costs the server.
+#: reading them. ARGV[1]: the bucket key prefix; ARGV[2]: band keys, sorted, distinct; ARGV[3]: the number
+#: of group ids of each one's new value, one byte each, or '<u4' each when ARGV[5] is '4'; ARGV[4]: the new
+#: values, concatenated in that order; ARGV[6]: the runs of band keys, '<u2' each (``bucket_runs``). One
+#: HSET a run; no HMGET, and no string built from the old value, which is most of what BUCKETS_ADD costs
+#: the server. The runs and the one-byte counts spare the server a substring and a ``struct.unpack`` a
+#: band key (a third of this script's own time, beside the HSETs'; measured by bench_redis_server).
 BUCKETS_SET = """
-local pfx, keys, lens, vals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local n, i, at = #keys / 16, 0, 1
-while i < n do
-  local hk = string.sub(keys, i * 16 + 1, i * 16 + 3)
-  local args, m = {}, 0
-  while i < n and m < 4000 and string.sub(keys, i * 16 + 1, i * 16 + 3) == hk do
-    local len = struct.unpack('<I4', lens, i * 4 + 1)
-    args[m + 1] = string.sub(keys, i * 16 + 4, i * 16 + 16)
-    args[m + 2] = string.sub(vals, at, at + len - 1)
-    at = at + len; m = m + 2; i = i + 1
+local pfx, keys, counts, vals, wide, runs = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '4', ARGV[6]
+local sub, byte = string.sub, string.byte
+local i, at = 0, 1
+for r = 1, #runs, 2 do
+  local m = struct.unpack('<I2', runs, r)
+  local args = {}
+  for t = 1, 2 * m, 2 do
+    local p, e = i * 16, nil
+    if wide then e = at + struct.unpack('<I4', counts, i * 4 + 1) * 4 else e = at + byte(counts, i + 1) * 4 end
+    args[t] = sub(keys, p + 4, p + 16)
+    args[t + 1] = sub(vals, at, e - 1)
+    at = e; i = i + 1
   end
-  redis.call('hset', pfx .. hk, unpack(args, 1, m))
+  redis.call('hset', pfx .. sub(keys, i * 16 - 15, i * 16 - 13), unpack(args, 1, 2 * m))
 end
 return 1
 """
@@ -118,35 +122,35 @@ for i = 0, #gids / 4 - 1 do
 end
 return 1
 """
-#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (16 hex digits each). Returns two blobs: for each
-#: band key whose bucket holds a group, its number in the blob and the byte length of its bucket's value
-#: (two '<u4' each); and those values concatenated, key after key (group ids as '<u4'). Most buckets a
-#: batch asks about are empty: the reply is two bulk strings, not one per key (which redis-py parses at
-#: several microseconds each). A value that is not whole '<u4' ids is returned alone as a third element
-#: instead (the storage names the damage). Keys of one bucket hash that come together in the blob (the
-#: storage sends them sorted: a hash's keys are then contiguous) are read with one HMGET, split every
-#: 2,000 fields, as BUCKETS_ADD writes them: a ``redis.call`` costs the server more than the field's lookup.
+#: ARGV[1]: the bucket key prefix; ARGV[2]: band keys (16 hex digits each); ARGV[3]: their runs, '<u2'
+#: each (``bucket_runs``). Returns two blobs: for each band key whose bucket holds a group, its number in
+#: the blob and the byte length of its bucket's value (two '<u4' each); and those values concatenated, key
+#: after key (group ids as '<u4'). Most buckets a batch asks about are empty: the reply is two bulk
+#: strings, not one per key (which redis-py parses at several microseconds each). A value that is not
+#: whole '<u4' ids is returned alone as a third element instead (the storage names the damage). Each run
+#: (keys of one bucket hash that come together in the blob: the storage sends them sorted) is one HMGET:
+#: a ``redis.call`` costs the server more than the field's lookup.
 BUCKET_LOOKUP = """
-local pfx, blob = ARGV[1], ARGV[2]
-local n, i = #blob / 16, 0
-local heads, parts, h, k = {}, {}, 0, 0
-while i < n do
-  local hk = string.sub(blob, i * 16 + 1, i * 16 + 3)
-  local names, m, first = {}, 0, i
-  while i < n and m < 2000 and string.sub(blob, i * 16 + 1, i * 16 + 3) == hk do
-    m = m + 1; names[m] = string.sub(blob, i * 16 + 4, i * 16 + 16); i = i + 1
-  end
-  local values = redis.call('hmget', pfx .. hk, unpack(names, 1, m))
+local pfx, blob, runs = ARGV[1], ARGV[2], ARGV[3]
+local sub = string.sub
+local i, heads, parts, h, k = 0, {}, {}, 0, 0
+for r = 1, #runs, 2 do
+  local m = struct.unpack('<I2', runs, r)
+  local names = {}
+  for t = 1, m do local p = (i + t) * 16; names[t] = sub(blob, p - 12, p) end
+  local values = redis.call('hmget', pfx .. sub(blob, i * 16 + 1, i * 16 + 3), unpack(names, 1, m))
   for t = 1, m do
     local v = values[t]
     if v then
       if #v % 4 ~= 0 then return {'', '', v} end
-      k = k + 1; parts[k] = v; h = h + 1; heads[h] = struct.pack('<I4I4', first + t - 1, #v)
+      k = k + 1; parts[k] = v; h = h + 1; heads[h] = struct.pack('<I4I4', i + t - 1, #v)
     end
   end
+  i = i + m
 end
 return {table.concat(heads, '', 1, h), table.concat(parts, '', 1, k)}
 """
+
 
 
 def lookup_reply(reply: list[bytes]) -> tuple[np.ndarray, np.ndarray, bytes | None]:
@@ -173,23 +177,46 @@ def pair_blobs(keys: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> lis
     return [(hexes[16 * i : 16 * (i + per_blob)], raw[4 * i : 4 * (i + per_blob)]) for i in range(0, len(keys), per_blob)]
 
 
-def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes, bytes]]:
+def set_blobs(keys: np.ndarray, starts: np.ndarray, gids: np.ndarray, per_blob: int = 65536) -> list[tuple[str, bytes, bytes, bytes, bytes]]:
     """Buckets for BUCKETS_SET: distinct sorted band ``keys``, key i's new value the group ids
-    ``gids[starts[i] : starts[i + 1]]``; as (hex band keys, '<u4' byte lengths, '<u4' values), ``per_blob`` keys each.
+    ``gids[starts[i] : starts[i + 1]]``; as (hex band keys, the id count of each, the counts' width
+    b"1" or b"4", '<u4' values, ``bucket_runs``), ``per_blob`` keys each.
 
     Raises:
         ValueError: A group id does not fit in 32 bits (the layout stores them as uint32).
     """
     if len(gids) and int(np.max(gids)) >= 2**32:
         raise ValueError(f"group id {int(np.max(gids))} does not fit the bucket layout (uint32)")
-    hexes = np.asarray(keys, dtype=">u8").tobytes().hex()
-    lens = (np.diff(starts) * 4).astype("<u4")
+    keys = np.asarray(keys, dtype=np.uint64)
+    hexes = keys.astype(">u8").tobytes().hex()
+    counts = np.diff(starts)
     raw = np.asarray(gids, dtype="<u4").tobytes()
     out = []
     for i in range(0, len(keys), per_blob):
         j = min(i + per_blob, len(keys))
-        out.append((hexes[16 * i : 16 * j], lens[i:j].tobytes(), raw[4 * int(starts[i]) : 4 * int(starts[j])]))
+        part = counts[i:j]
+        wide = bool(len(part)) and int(part.max()) > 255
+        packed = part.astype("<u4" if wide else "u1").tobytes()
+        out.append((hexes[16 * i : 16 * j], packed, b"4" if wide else b"1", raw[4 * int(starts[i]) : 4 * int(starts[j])], bucket_runs(keys[i:j])))
     return out
+
+
+def bucket_runs(keys: np.ndarray, most: int = 2000) -> bytes:
+    """The runs of band ``keys`` (in the order sent) that name one bucket hash (the same first 12 bits),
+    at most ``most`` keys each (what one HMGET or HSET of a bucket script takes), as '<u2' key counts."""
+    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+    n = len(keys)
+    if not n:
+        return b""
+    hashes = keys >> np.uint64(52)
+    first = np.concatenate(([True], hashes[1:] != hashes[:-1]))
+    starts = np.flatnonzero(first)
+    lens = np.diff(np.append(starts, n))
+    if (lens > most).any():
+        extra = [np.arange(s + most, s + length, most) for s, length in zip(starts[lens > most].tolist(), lens[lens > most].tolist())]
+        starts = np.sort(np.concatenate([starts, *extra]))
+        lens = np.diff(np.append(starts, n))
+    return lens.astype("<u2").tobytes()
 
 
 def row_blob(rows: np.ndarray) -> str:

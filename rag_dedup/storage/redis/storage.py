@@ -25,8 +25,10 @@ from rag_dedup.storage.redis.overlay import Batch, Overlay
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
 
-#: Band keys per BUCKET_LOOKUP call (a 1 MB blob; the 21 buckets of ~3,000 new groups in one call).
-LOOKUP_KEYS = 65536
+#: Band keys per BUCKET_LOOKUP call. A script holds the server while it runs, and every other worker's
+#: command waits for it: 8,192 keys (the 21 buckets of ~400 chunks) take ~10 ms of the server; a batch's
+#: calls go in one pipeline (one round trip), and other workers' commands run between them.
+LOOKUP_KEYS = 8192
 
 #: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
 #: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
@@ -563,7 +565,7 @@ class RedisStorage(Bookkeeping):
 
             def build(p: Any) -> None:
                 for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(ordered[part]))
+                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(ordered[part]), scripts.bucket_runs(ordered[part]))
 
             replies = self._overlay.pipeline(build, tracked=True)
             keep = optimistic and b == 1
