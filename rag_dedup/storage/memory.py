@@ -383,10 +383,10 @@ class BandTable:
         else:
             found = self._search_row(keys.tolist())
             found.update(self._buffer_file(keys, np.array((gid,), dtype=np.int64), len(keys), True)[1].tolist())
+        if self._dead:  # before the flush, whose merge may compact the last tombstones away and forget them
+            found -= self._dead
         if self._buffered >= self._BUFFER_LIMIT:
             self._flush_buffer()
-        if self._dead:
-            found -= self._dead
         return found
 
     def _search_row(self, values: list[int]) -> set[int]:

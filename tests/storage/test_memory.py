@@ -232,3 +232,19 @@ def test_set_clusters_equals_the_general_rule(calls) -> None:
         Bookkeeping.set_clusters(general, keys, clusters)
         assert list(fast._cluster_of.items()) == list(general._cluster_of.items())
         assert list(fast._clusters.items()) == list(general._clusters.items())
+
+
+def test_a_row_never_finds_a_removed_group_when_its_filing_flushes_the_last_tombstones() -> None:
+    """Regression: ``query_then_file_row`` dropped the removed groups from its answer after the buffer's
+    flush, whose merge can compact the runs' last tombstones away and forget the removed groups, so a
+    row whose filing triggered that flush was answered with a removed group it found in the runs."""
+    table = BandTable()
+    table._BUFFER_LIMIT = 50  # type: ignore[misc]
+    row = lambda seed: np.random.default_rng(seed).integers(0, 2**64 - 1, size=7, dtype=np.uint64)  # noqa: E731
+    for gid, seed in enumerate([0] * 11 + [1]):  # groups 0-10 share one row of keys; a flush puts them in the runs
+        table.query_then_file_row(row(seed), gid)
+    table.delete(1)
+    answers = [table.query_then_file_row(row(seed), gid) for gid, seed in enumerate([453, 5404425, 7, 0], start=12)]
+    assert table._buffered == 0 and not table._dead  # the last filing flushed and compacted the tombstone away
+    assert answers[-1] == {0, *range(2, 11)}
+
