@@ -246,12 +246,14 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     }
 
 
-def run_child(package: Path, url: str, chunks: int, tag: str) -> dict[str, Any]:
+def run_child(package: Path, module: str, *args: Any) -> dict[str, Any]:
+    """``<module>.measure(*args)`` (a benchmark module of this folder) in a fresh process whose
+    ``rag_dedup`` is the one under ``package``: its JSON result. ``args`` are written with ``repr``."""
     code = (
         f"import sys; sys.path.insert(0, {str(package)!r}); sys.path.insert(1, {str(HERE)!r}); "
-        f"import json, bench_redis, rag_dedup; "
+        f"import json, {module}, rag_dedup; "
         f"assert rag_dedup.__file__.startswith({str(package)!r}), rag_dedup.__file__; "
-        f"print(json.dumps(bench_redis.measure({url!r}, {chunks}, {tag!r})))"
+        f"print(json.dumps({module}.measure({', '.join(map(repr, args))})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(package))
     if out.returncode != 0:
@@ -308,7 +310,7 @@ def main() -> None:
             tree = Path(args.baseline_tree) if args.baseline_tree else export_tree(rev, Path(tmp))
             rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
             for _ in range(max(1, args.rounds)):
-                rounds.append((run_child(tree, url, args.chunks, "base"), run_child(REPO, url, args.chunks, "this")))
+                rounds.append((run_child(tree, "bench_redis", url, args.chunks, "base"), run_child(REPO, "bench_redis", url, args.chunks, "this")))
             base, this = (best([r[i] for r in rounds]) for i in (0, 1))
             load_after = os.getloadavg()[1]
         finally:

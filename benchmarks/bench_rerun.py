@@ -19,10 +19,8 @@ less a conflict costs two workers. Without ``--url`` a private ``redis-server`` 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,19 +99,6 @@ def measure(url: str, stored: int, size: int) -> dict[str, Any]:
     }
 
 
-def run_child(package: Path, url: str, stored: int, size: int) -> dict[str, Any]:
-    code = (
-        f"import sys; sys.path.insert(0, {str(package)!r}); sys.path.insert(1, {str(HERE)!r}); "
-        f"import json, bench_rerun, rag_dedup; "
-        f"assert rag_dedup.__file__.startswith({str(package)!r}), rag_dedup.__file__; "
-        f"print(json.dumps(bench_rerun.measure({url!r}, {stored}, {size})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(package))
-    if out.returncode != 0:
-        sys.exit(f"measuring {package} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-tree", required=True, help="a directory holding the baseline's rag_dedup package")
@@ -125,7 +110,7 @@ def main() -> None:
     if not (Path(args.baseline_tree) / "rag_dedup").is_dir():
         sys.exit(f"--baseline-tree {args.baseline_tree}: no rag_dedup package there")
     sys.path.insert(0, str(HERE))
-    from bench_redis import start_server
+    from bench_redis import run_child, start_server
 
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = (None, args.url) if args.url else start_server(tmp)
@@ -133,8 +118,8 @@ def main() -> None:
             load = os.getloadavg()[0]
             runs: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
             for _ in range(max(1, args.rounds)):
-                runs["base"].append(run_child(Path(args.baseline_tree), url, args.stored, args.batch))
-                runs["this"].append(run_child(REPO, url, args.stored, args.batch))
+                runs["base"].append(run_child(Path(args.baseline_tree), "bench_rerun", url, args.stored, args.batch))
+                runs["this"].append(run_child(REPO, "bench_rerun", url, args.stored, args.batch))
         finally:
             if proc is not None:
                 proc.terminate()
