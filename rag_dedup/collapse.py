@@ -455,8 +455,8 @@ class Collapser:
         go from their bytes to their sets and, with the remembered sets, to the decision in one call of
         :func:`~rag_dedup.compiled.collapse.collapse_stream`; their sets are then remembered. Either way it
         settles what :meth:`_decide` checks one by one: no text is ``None`` or blank (a remembered set has a
-        shingle; a new text is tested), none holds a lone surrogate (shingling refused a remembered one; a
-        new one is checked, with :meth:`_decide`'s error); with no NaN score the pass reads the rows in
+        shingle; a new text is tested), none holds a lone surrogate (shingling refused a remembered one; the
+        buffer's UTF-8 encoding refuses a new one, then named with :meth:`_decide`'s error); with no NaN score the pass reads the rows in
         input order, every one of which carries evidence (``top_n``). Called with 2 to 64 passages, the
         kernels on, texts compared (checked, or trusted with a passage without a stamp and no index)."""
         similarity = self.similarity
@@ -504,11 +504,13 @@ class Collapser:
             fresh = list(first)
             if sum(map(len, fresh)) + len(fresh) >= _PIECE_BYTES:
                 return None
-            if not all(map(str.isascii, fresh)):  # check_unicode's own fast path, for all new texts at once
+            try:  # the buffer encodes every new text to UTF-8, which refuses a lone surrogate
+                data, buf, loads = _stream_buffer(fresh, True)
+            except UnicodeEncodeError:  # check_unicode names the first such passage, as _decide does
                 for i, (t, p) in enumerate(zip(texts, places)):
                     if p is None:
                         check_unicode(t, "the text of passage %r", keys[i])  # type: ignore[arg-type]
-            data, buf, loads = _stream_buffer(fresh, True)
+                raise
             streamed = (buf, loads, len(fresh))
             rules = _stream_rules(ngram)
             rows = (np.fromiter(row_text, dtype=np.int64, count=n), arena, at, cluster_ids, self.trust_clusters, self.threshold, self.floor)

@@ -46,7 +46,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from rag_dedup.collapse import _ROUNDED, Collapser, Kept, Passage, rounded
 from rag_dedup.index import DedupIndex
-from rag_dedup.llama_index._nodes import private, shallow_copy
+from rag_dedup.llama_index._nodes import presigned, private, shallow_copy
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
@@ -222,6 +222,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
         self._made = (settings, collapser)
         return collapser
 
+    @presigned  # the instrumentation span around it reads its signature at every call
     def _postprocess_nodes(
         self,
         nodes: list[NodeWithScore],
