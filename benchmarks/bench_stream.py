@@ -5,7 +5,15 @@ Run: ``python benchmarks/bench_stream.py [--sizes 20000] [--rounds 2] [--baselin
 
 The chunks are those of ``bench_index.py`` section 3 (real 180-word chunks from this machine, ~20%
 planted near-duplicates, light edits), shuffled with a fixed seed so that the duplicates arrive
-mixed into the stream, as documents do. Every row runs in a fresh Python process (``--worker``) that
+mixed into the stream, as documents do. Each size samples its base chunks from the first ``0.8 n``
+distinct chunks of the machine's text (``--same-pool``: from the largest size's), so sizes differ in
+their sources too; the header of each size prints the share of each kind of source. At 160k the
+pool reaches the man pages, on this machine 16,631 of them Google Cloud SDK reference pages, whose
+generated flag and paging boilerplate puts hundreds of chunks that are not near-duplicates into one
+LSH bucket: real text (generated docs repeat themselves), but a structure the 20k set (package docs
+only) does not have. The column *pairs/chunk* is the number of candidate pairs add_many's blocks of
+1,000 verified with their exact Jaccard, a chunk: the cost that grows with the index on such text
+(each new chunk meets more boilerplate relatives), where the rensa loop only queries. Every row runs in a fresh Python process (``--worker``) that
 loads the chunks, then measures:
 
 * time: CPU seconds of the build (``time.process_time``: the machine is shared, and CPU time of one
@@ -121,6 +129,8 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
     digest = ""
     if mode in ("add", "add_many"):
         index = DedupIndex(threshold=0.8)
+        # Counted on the batch path only (add_many of at most 64 places its items one at a time).
+        pairs = _count_verified_pairs() if mode == "add_many" and block > 64 else None
         if mode == "add":
             add = index.add
             for key, text in items:
@@ -132,6 +142,7 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
         reps = sorted((m.key, m.representative) for m in index.matches([k for k, _ in items]))
         digest = hashlib.sha256(json.dumps(reps).encode()).hexdigest()[:16]
         built: object = index
+        verified = pairs[0] if pairs else None
     elif mode == "rensa":
         lsh = rensa.RMinHashLSH(threshold=0.8, num_perm=128, num_bands=16)
         sketches = []
@@ -146,11 +157,33 @@ def worker(mode: str, block: int, data: str) -> dict[str, object]:
     else:
         built = recipe(items)
         cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+    if mode not in ("add", "add_many"):
+        verified = None
     peak = _status()["VmHWM"]
     gc.collect()
     retained = _status()["VmRSS"]
     del built
-    return {"cpu": cpu, "wall": wall, "peak": peak - before, "retained": retained - before, "digest": digest, "n": len(items)}
+    return {"cpu": cpu, "wall": wall, "peak": peak - before, "retained": retained - before, "digest": digest, "n": len(items),
+            "verified": verified}
+
+
+def _count_verified_pairs() -> list[int] | None:
+    """Count the candidate pairs add_many verifies (exact Jaccard), by wrapping the compiled kernel it calls
+    once a block of pairs (``rag_dedup.index.pair_jaccard``); None on a tree or path without it."""
+    from rag_dedup import compiled
+    import rag_dedup.index as index_module
+
+    plain = getattr(index_module, "pair_jaccard", None)
+    if plain is None or not compiled.COMPILED:
+        return None
+    count = [0]
+
+    def counted(sets: object, left: list[int], right: list[int]) -> object:
+        count[0] += len(left)
+        return plain(sets, left, right)
+
+    index_module.pair_jaccard = counted
+    return count
 
 
 # (stage, where to find the function: "index" = rag_dedup.index, "DedupIndex", "storage" = the storage class)
@@ -278,6 +311,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="processes per row; the best CPU time is kept")
     parser.add_argument("--recipe-max", type=int, default=40000, help="largest size to run the slow recipe on")
     parser.add_argument("--baseline-tree", type=Path, help="another rag-dedup checkout whose rag-dedup rows run too")
+    parser.add_argument(
+        "--same-pool", action="store_true",
+        help="every size samples its base chunks from the largest size's pool (the same mix of sources at every size)",
+    )  # fmt: skip
     parser.add_argument("--split", action="store_true", help="also print where one add() spends its CPU, per tree")
     parser.add_argument(
         "--reference-kernels", action="store_true",
@@ -301,9 +338,12 @@ def main() -> None:
         trees.append((" [numpy reference]", ROOT, "reference"))
     if args.baseline_tree:
         trees.append((f" [{args.baseline_tree.name}]", args.baseline_tree.resolve(), "compiled"))
-    for n in [int(s) for s in args.sizes.split(",")]:
-        items = planted_chunks(n, seed=5, pool=int(n * 0.8), distinct=True, max_rate=0.025)[0]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for n in sizes:
+        pool = int((max(sizes) if args.same_pool else n) * 0.8)
+        items, _, origin = planted_chunks(n, seed=5, pool=pool, distinct=True, max_rate=0.025)
         random.Random(14).shuffle(items)
+        print(f"\n{n:,} chunks: base chunks sampled from the first {pool:,} distinct 180-word chunks of {origin}")
         rows = [(name + label, mode, block, tree, kernels) for name, mode, block in ROWS for label, tree, kernels in trees
                 if (mode in ("add", "add_many") or not label) and (mode != "recipe" or n <= args.recipe_max)]
         best: dict[str, dict[str, object]] = {}
@@ -329,13 +369,15 @@ def _print(n: int, best: dict[str, dict[str, object]], rounds: int) -> None:
     recipe = us.get(ROWS[4][0])
     print(f"\n== streaming ingest, {n:,} real 180-word chunks (~20% planted near-duplicates, shuffled), threshold 0.8,"
           f" 128 permutations; one fresh process per row, CPU time best of {rounds}")
-    print(f"   {'path':<56} {'us/chunk':>9} {'wall us':>8} {'rensa/this':>10} {'recipe/this':>11} {'peak RSS B':>11} {'retained B':>11}")
+    print(f"   {'path':<56} {'us/chunk':>9} {'wall us':>8} {'rensa/this':>10} {'recipe/this':>11} {'peak RSS B':>11} {'retained B':>11}"
+          f" {'pairs/chunk':>11}")
     for name, r in best.items():
         cost = us[name]
         ratio_r = f"{rensa / cost:>9.2f}x" if rensa else f"{'-':>10}"
         ratio_d = f"{recipe / cost:>10.2f}x" if recipe else f"{'-':>11}"
         wall = float(r["wall"]) / n * 1e6  # type: ignore[arg-type]
-        print(f"   {name:<56} {cost:>9.1f} {wall:>8.1f} {ratio_r} {ratio_d} {int(r['peak']) / n:>11,.0f} {int(r['retained']) / n:>11,.0f}")  # type: ignore[call-overload]
+        print(f"   {name:<56} {cost:>9.1f} {wall:>8.1f} {ratio_r} {ratio_d} {int(r['peak']) / n:>11,.0f} {int(r['retained']) / n:>11,.0f}"  # type: ignore[call-overload]
+              + (f" {int(r['verified']) / n:>11.2f}" if r.get("verified") is not None else f" {'-':>11}"))  # type: ignore[call-overload]
     for label in sorted({name[len(ROWS[0][0]):] for name in best if name.startswith(ROWS[0][0])}):
         ten, thousand = us.get(ROWS[1][0] + label), us.get(ROWS[2][0] + label)
         if ten and thousand:

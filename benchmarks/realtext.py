@@ -27,6 +27,8 @@ import random
 import re
 import sys
 import sysconfig
+from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,11 +90,18 @@ def read_text(path: Path) -> str | None:
     return text
 
 
+#: For each ``limit`` that :func:`machine_words` read: where each file's words start, and its path.
+_SPANS: dict[int, tuple[list[int], list[Path]]] = {}
+
+
 def machine_words(limit: int) -> tuple[list[str], int]:
     """Up to ``limit`` words of real text, and the number of files they came from."""
     words: list[str] = []
     seen: set[bytes] = set()
     files = 0
+    starts: list[int] = []
+    paths: list[Path] = []
+    _SPANS[limit] = (starts, paths)
     for path in source_files():
         text = read_text(path)
         if not text:
@@ -102,10 +111,38 @@ def machine_words(limit: int) -> tuple[list[str], int]:
             continue
         seen.add(digest)
         files += 1
+        starts.append(len(words))
+        paths.append(path)
         words.extend(text.split())
         if len(words) >= limit:
             break
     return words[:limit], files
+
+
+def source_kind(path: Path) -> str:
+    """The kind of source a file of :func:`source_files` is (the order of the module docstring)."""
+    text = str(path)
+    if text.startswith("/usr/share/doc/"):
+        return "Debian package docs"
+    if "/man/" in text:
+        return "gcloud man pages" if path.name.startswith("gcloud") else "other man pages"
+    if text.startswith("/usr/share/info/"):
+        return "info manuals"
+    if "/share/doc/rust/" in text:
+        return "Rust books"
+    if path.suffix == ".py":
+        return "Python docstrings"
+    if "site-packages" in text or "dist-packages" in text:
+        return "site-packages docs"
+    return "the test corpus"
+
+
+def source_mix(limit: int, chunks: list[int], words_per_chunk: int) -> list[tuple[str, float]]:
+    """The share of ``chunks`` (chunk numbers in the words :func:`machine_words` read for ``limit``)
+    from each kind of source, largest first."""
+    starts, paths = _SPANS[limit]
+    kinds = Counter(source_kind(paths[bisect_right(starts, i * words_per_chunk) - 1]) for i in chunks)
+    return [(kind, count / max(1, len(chunks))) for kind, count in kinds.most_common()]
 
 
 def edit(words: list[str], rate: float, rng: random.Random, vocabulary: list[str]) -> list[str]:
@@ -171,7 +208,8 @@ def planted_chunks(
     n_dup = int(n * dup_share)
     n_base = n - n_dup
     pool = max(pool or n_base, n_base)
-    words, files = machine_words(int(pool * (1.6 if distinct else 1.0)) * words_per_chunk)
+    limit = int(pool * (1.6 if distinct else 1.0)) * words_per_chunk
+    words, files = machine_words(limit)
     candidates = distinct_chunks(words, words_per_chunk) if distinct else list(range(len(words) // words_per_chunk))
     candidates = candidates[:pool]
     picked = sorted(rng.sample(candidates, min(n_base, len(candidates))))
@@ -188,6 +226,7 @@ def planted_chunks(
     origin = (
         f"{len(words):,} words from {files:,} files (/usr/share/doc copyright/README/NEWS/changelog files, "
         f"then .rst/.md/.txt under site-packages, then man pages, then, for the largest sizes, info manuals, "
-        f"the Rust books and Python docstrings) on {sys.platform}"
+        f"the Rust books and Python docstrings) on {sys.platform}; the base chunks by source: "
+        + ", ".join(f"{kind} {share:.0%}" for kind, share in source_mix(limit, picked, words_per_chunk))
     )
     return items, planted, origin

@@ -55,6 +55,7 @@ import gc
 import math
 import os
 import warnings
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -561,11 +562,8 @@ class DedupIndex:
                 else:
                     gone.append(item.key)
             written = [item for item in parsed if item.key not in kept]
-            if gone or len(written) > _batch_size(len(self)):
-                # A text that cannot be hashed must fail here, before the removals or a first batch
-                # are applied (a single batch hashes everything before it writes).
-                for item in written:
-                    canonical_digest(item.text)
+            # Nothing below can refuse a text: the only texts hashing refuses (not a str, a lone
+            # surrogate) were refused by _parse_many above, before the removals or a first batch.
             previous: dict[str, str] = {}
             for key in gone:
                 self._remove(key, previous)
@@ -792,14 +790,7 @@ class DedupIndex:
                 by_root.setdefault(roots[n], ([], []))[0].append(g)
             for g, r in zip(new, new_roots):
                 by_root.setdefault(r, ([], []))[1].append(g)
-            parts = list(by_root.values())
-            for i, (a_old, a_new) in enumerate(parts):
-                for b_old, b_new in parts[i + 1 :]:
-                    b_all = (*b_old, *b_new)
-                    for x in a_new:
-                        apart.extend((rank, x, y) for rank, y in enumerate(b_all))
-                    for x in a_old:
-                        apart.extend((rank, x, y) for rank, y in enumerate(b_new))
+            apart.extend(_apart_pairs(list(by_root.values())))
         # Each group's first partner first, then its second...: a block then holds one try for many
         # groups rather than every try for a few, and the blocks after it skip what it joined.
         apart.sort(key=lambda rxy: rxy[0])
@@ -1499,6 +1490,32 @@ def _kernel_buckets(
     new_list, new_at = gid_of[new_rows].tolist(), new_bounds.tolist()
     buckets = [(old_list[old_at[k] : old_at[k + 1]], new_list[new_at[k] : new_at[k + 1]]) for k in range(len(old_at) - 1)]
     return pairs, buckets
+
+
+def _apart_pairs(parts: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, int, int]]:
+    """The pairs still to verify in one bucket of :meth:`DedupIndex._link`, as ``(rank, x, y)``.
+
+    ``parts`` are the bucket's groups by current component, each as ``(old groups, new groups)``. For
+    every two parts ``a`` before ``b``: each new group of ``a`` with each group of ``b`` (old ones first,
+    ``rank`` its place there), then each old group of ``a`` with each new group of ``b``; two old groups
+    are settled and never paired. Only the pairs of parts with a new group on either side are visited:
+    a bucket of k old components (real text's shared boilerplate fills some buckets with hundreds of
+    groups, more as the index grows) costs ~k per part with a new group, not k * k.
+    """
+    out: list[tuple[int, int, int]] = []
+    with_new = [i for i, (_, new) in enumerate(parts) if new]
+    for i, (a_old, a_new) in enumerate(parts):
+        later = range(i + 1, len(parts)) if a_new else with_new[bisect_right(with_new, i) :]
+        for j in later:
+            b_old, b_new = parts[j]
+            if a_new:
+                b_all = (*b_old, *b_new)
+                for x in a_new:
+                    out.extend((rank, x, y) for rank, y in enumerate(b_all))
+            if b_new:
+                for x in a_old:
+                    out.extend((rank, x, y) for rank, y in enumerate(b_new))
+    return out
 
 
 def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mapping[str, str]) -> Match:

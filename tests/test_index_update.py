@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_dedup.errors import InvalidTextError
 from rag_dedup.index import DedupIndex
 
 LICENSES = Path(__file__).parent / "data" / "corpus" / "licenses"
@@ -48,6 +49,13 @@ def test_update_equals_removing_then_adding_and_skips_unchanged_items():
         pytest.param({"items": [("new", "a text")], "remove": ["missing"]}, KeyError, id="unknown-remove-key"),
         pytest.param({"items": [("a0", 7)], "remove": ["b1"]}, TypeError, id="bad-text"),
         pytest.param({"items": [("x", "t"), ("x", "u")], "remove": ["b1"]}, ValueError, id="key-twice"),
+        # A text that cannot be hashed, after removals and past the first batch: refused before either
+        # is applied (update relies on the parse checks for that, not on hashing every text first).
+        pytest.param(
+            {"items": [(f"n{i}", f"text {i} of many") for i in range(1500)] + [("bad", "lone \ud800 surrogate")],
+             "remove": ["b1"]},
+            InvalidTextError, id="unhashable-text-past-the-first-batch",
+        ),
     ],
 )
 def test_a_refused_update_changes_nothing(kwargs, error):
