@@ -80,6 +80,7 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import BaseNode, TransformComponent
 from pydantic import computed_field
 
+from rag_dedup._gc import gc_paused
 from rag_dedup.errors import SharedIndexRequired, TransformStateError
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.ingest import Ingestor
@@ -263,6 +264,7 @@ class DedupTransform(TransformComponent):
         """The shared ingest rule (:mod:`rag_dedup.ingest`) over this transform's index, mode and ledger."""
         return Ingestor(self._index, self.mode, ledger=self._state.ledger)
 
+    @gc_paused()
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Index and stamp the text nodes of ``nodes`` (in place); return what passes on.
 
@@ -271,7 +273,8 @@ class DedupTransform(TransformComponent):
         once, every occurrence stamped alike (and passed on in tag mode; in drop mode the first only).
 
         The call applies whole or not at all: on any error the index and the transform's records
-        are as before it.
+        are as before it. The cyclic garbage collector is paused during the call (and restored, also
+        on error): see :mod:`rag_dedup._gc`.
 
         Raises:
             ValueError: A node id appears twice with different texts or documents, or a node lacks
