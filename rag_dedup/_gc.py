@@ -14,8 +14,8 @@ objects) triggered 532 young, 48 middle and 1 full collection and took 2.74 s of
 if it was enabled on entry, so that nested and already-paused callers keep their state, the way
 ``timeit`` times. The objects allocated meanwhile are examined at the first collection after it,
 once, and count as one young collection's worth toward the older generations' thresholds, so the
-full collections become rarer, not merely later. Garbage cycles created in the block (none in these
-paths) wait for that collection.
+full collections become rarer, not merely later. Garbage cycles created in the block (7 to 12 objects
+per run of that pipeline, none of them nodes) wait for that collection.
 """
 
 from __future__ import annotations
