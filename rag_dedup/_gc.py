@@ -7,8 +7,8 @@ None of them forms a reference cycle, so the collector finds nothing in them, bu
 net allocations, every tenth run walks the middle generation too, and every tenth of those may walk
 the whole heap: the caller's documents, the nodes they keep, the imported frameworks. One run of that
 benchmark's pipeline (``[SentenceChunker, DedupTransform]``, 811 documents, a heap of ~770,000
-objects) triggered 532 young, 48 middle and 1 full collection and took 2.74 s of CPU; with the pause,
-6, 0 and 0, and 2.10 s, the same nodes out.
+objects) triggered 532 young, 48 middle and 1 full collection; with the pause 6, 0 and 0, and a fifth
+less CPU time (the same nodes out).
 
 :func:`gc_paused` disables the collector for a block and re-enables it afterwards (also on error)
 if it was enabled on entry, so that nested and already-paused callers keep their state, the way
