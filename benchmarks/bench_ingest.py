@@ -22,7 +22,8 @@ With ``--baseline-tree DIR`` (a checkout of another commit, e.g. ``git archive 4
 the baseline's SentenceChunker and DedupTransform (imported beside this checkout's with
 :mod:`baseline`) run as a third pipeline in the same rounds, and the stages are timed for both trees.
 
-Also printed, per tree: the two stages of the dedup pipeline timed separately in the same kind of
+Beside each pipeline: the cyclic garbage collector's runs (young/middle/full generation) during its
+last round's run; the full ones walk the whole heap. Also printed, per tree: the two stages of the dedup pipeline timed separately in the same kind of
 rounds (SentenceChunker alone, then DedupTransform on its nodes, split into the DedupIndex's update and
 the transform's own work, CPU time), and what dedup found.
 
@@ -118,13 +119,16 @@ def splitter_pipeline(docs: list[Document]) -> list[Any]:
     return pipe.run(documents=[d.model_copy() for d in docs])
 
 
-def measure(fn: Callable[[], object]) -> tuple[float, float, object]:
+def measure(fn: Callable[[], object]) -> tuple[float, float, object, tuple[int, ...]]:
     """Wall and CPU seconds of one call of ``fn`` (after a collection, so that no run pays for the
-    garbage of the one before), and its result."""
+    garbage of the one before), its result, and the cyclic collector's runs during it per
+    generation (young, middle, full)."""
     gc.collect()
+    before = [g["collections"] for g in gc.get_stats()]
     w0, c0 = time.perf_counter(), time.process_time()
     result = fn()
-    return time.perf_counter() - w0, time.process_time() - c0, result
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return wall, cpu, result, tuple(g["collections"] - b for g, b in zip(gc.get_stats(), before))
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -158,20 +162,21 @@ def main() -> int:
     wall: dict[str, list[float]] = {name: [] for name, _ in pipelines}
     cpu: dict[str, list[float]] = {name: [] for name, _ in pipelines}
     out: dict[str, object] = {}
+    collections: dict[str, tuple[int, ...]] = {}
     for r in range(args.rounds):
         for k in range(len(pipelines)):
             name, run = pipelines[(k + r) % len(pipelines)]
-            w, c, out[name] = measure(lambda run=run: run(docs))
+            w, c, out[name], collections[name] = measure(lambda run=run: run(docs))
             wall[name].append(w)
             cpu[name].append(c)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     print(f"\n{args.rounds} interleaved rounds (load average {' '.join(load)}); median (min-max) over the rounds")
-    print(f"{'pipeline':<64s}{'wall s':>19s}{'CPU s':>19s}{'MB/s (CPU)':>11s}{'nodes':>7s}")
+    print(f"{'pipeline':<64s}{'wall s':>19s}{'CPU s':>19s}{'MB/s (CPU)':>11s}{'nodes':>7s}  gc runs, last round")
     for name, _ in pipelines:
         result = out[name]
         nodes = result[0] if isinstance(result, tuple) else result
         print(f"{name:<64s}{spread(wall[name]):>19s}{spread(cpu[name]):>19s}{mb / statistics.median(cpu[name]):>11.2f}"
-              f"{len(nodes):>7d}")  # type: ignore[arg-type]
+              f"{len(nodes):>7d}  {'/'.join(map(str, collections[name]))}")  # type: ignore[arg-type]
     split = pipelines[0][0]
     for name, _ in pipelines[1:]:
         by_wall = [s / d for s, d in zip(wall[split], wall[name])]
@@ -191,7 +196,7 @@ def main() -> int:
     chunks: dict[str, list[Any]] = {}
     for r in range(args.stage_rounds):
         for tree in trees[r % len(trees) :] + trees[: r % len(trees)]:
-            _, c, got = measure(lambda tree=tree: tree.chunk(docs))
+            _, c, got, _ = measure(lambda tree=tree: tree.chunk(docs))
             chunk_cpu[tree.label].append(c)
             chunks[tree.label] = got  # type: ignore[assignment]
             gc.collect()

@@ -46,6 +46,7 @@ from llama_index.core.schema import (
 )
 from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
+from rag_dedup._gc import gc_paused
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker, Span, TokenCounts
 from rag_dedup.chunking.chunker import MIN_CHUNK_SIZE, check_text
 from rag_dedup.llama_index._nodes import build_text_nodes, related_node_info
@@ -332,8 +333,13 @@ class SentenceChunker(MetadataAwareTextSplitter):
             event.on_end(payload={EventPayload.CHUNKS: chunks})
         return spans, chunks
 
+    @gc_paused()
     def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> list[BaseNode]:
         """Chunk every node; each chunk is built complete in :meth:`_build_nodes`.
+
+        The cyclic garbage collector is paused meanwhile (:func:`rag_dedup._gc.gc_paused`: the nodes
+        hold no cycles, and its runs would walk the caller's heap again and again), as in
+        :meth:`_postprocess_parsed_nodes`; both are synchronous, also under ``aget_nodes_from_documents``.
 
         Raises:
             TypeError: a node's text is not a ``str`` (the message names the node).
@@ -369,6 +375,7 @@ class SentenceChunker(MetadataAwareTextSplitter):
         # built without validation, behind one door (rag_dedup.llama_index._nodes).
         return list(build_text_nodes(node, chunks, spans, id_func, source, metadata))
 
+    @gc_paused()
     def _postprocess_parsed_nodes(self, nodes: list[BaseNode], parent_doc_map: dict[str, Document]) -> list[BaseNode]:
         """Link consecutive chunks of the same source with PREVIOUS/NEXT, as the base class does.
 

@@ -88,7 +88,7 @@ def read_cluster(node: BaseNode) -> str | None:
 
 def source_of(node: BaseNode) -> str:
     """The source recorded in the index for ``node``: its document's id (``ref_doc_id``), else its own id."""
-    return node.ref_doc_id or node.node_id
+    return ref_doc_id(node) or node.node_id
 
 
 def dedup_text(node: BaseNode) -> str | None:

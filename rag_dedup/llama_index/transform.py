@@ -80,10 +80,11 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import BaseNode, TransformComponent
 from pydantic import computed_field
 
+from rag_dedup._gc import gc_paused
 from rag_dedup.errors import SharedIndexRequired, TransformStateError
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.ingest import Ingestor
-from rag_dedup.llama_index.metadata import dedup_text, source_of, stamp_node
+from rag_dedup.llama_index.metadata import dedup_text, ref_doc_id, source_of, stamp_node
 from rag_dedup.llama_index.state import TransformState
 from rag_dedup.policy import Policy
 
@@ -263,6 +264,7 @@ class DedupTransform(TransformComponent):
         """The shared ingest rule (:mod:`rag_dedup.ingest`) over this transform's index, mode and ledger."""
         return Ingestor(self._index, self.mode, ledger=self._state.ledger)
 
+    @gc_paused()
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Index and stamp the text nodes of ``nodes`` (in place); return what passes on.
 
@@ -271,7 +273,8 @@ class DedupTransform(TransformComponent):
         once, every occurrence stamped alike (and passed on in tag mode; in drop mode the first only).
 
         The call applies whole or not at all: on any error the index and the transform's records
-        are as before it.
+        are as before it. The cyclic garbage collector is paused during the call (and restored, also
+        on error): see :mod:`rag_dedup._gc`.
 
         Raises:
             ValueError: A node id appears twice with different texts or documents, or a node lacks
@@ -336,22 +339,24 @@ class DedupTransform(TransformComponent):
         items: list[dict[str, Any]] = []
         first: dict[str, int] = {}
         item_of: dict[str, dict[str, Any]] = {}
+        authority_key, first_seen_key = self.authority_key, self.first_seen_key
         for i, (node, text) in enumerate(zip(nodes, texts)):
             if text is None:
                 continue
-            item: dict[str, Any] = {"key": node.node_id, "text": text, "source": source_of(node)}
-            if self.authority_key is not None:
-                item["authority"] = _authority(node, self.authority_key)
-            if self.first_seen_key is not None:
-                item["first_seen"] = _first_seen(node, self.first_seen_key)
-            seen = first.get(node.node_id)
+            key = node.node_id
+            item: dict[str, Any] = {"key": key, "text": text, "source": source_of(node)}
+            if authority_key is not None:
+                item["authority"] = _authority(node, authority_key)
+            if first_seen_key is not None:
+                item["first_seen"] = _first_seen(node, first_seen_key)
+            seen = first.get(key)
             if seen is None:
-                first[node.node_id] = i
-                item_of[node.node_id] = item
+                first[key] = i
+                item_of[key] = item
                 items.append(item)
-            elif item_of[node.node_id] != item:
+            elif item_of[key] != item:
                 raise ValueError(
-                    f"node id {node.node_id!r} appears twice in one call with different texts or documents "
+                    f"node id {key!r} appears twice in one call with different texts or documents "
                     f"(nodes {seen} and {i}); LlamaIndex's stores would keep only the last, so one of them "
                     "would be deduplicated but never stored: give every node its own id"
                 )
@@ -362,7 +367,7 @@ class DedupTransform(TransformComponent):
         index = self._index
         remove: list[str] = []
         if self.replace_documents:
-            documents = sorted({nodes[i].ref_doc_id for i in first.values() if nodes[i].ref_doc_id is not None})
+            documents = sorted({doc for doc in (ref_doc_id(nodes[i]) for i in first.values()) if doc is not None})
             for doc_id in documents:
                 remove.extend(key for key in index.keys_of_source(doc_id) if key not in first)
         for doc_id in deleted:

@@ -146,6 +146,11 @@ def test_related_node_info_equals_as_related_node_info() -> None:
     assert fast == slow
     assert fast.model_fields_set == slow.model_fields_set
     assert fast.metadata is not node.metadata  # a copy, as validation makes
+    assert (fast.__pydantic_extra__, fast.__pydantic_private__) == (slow.__pydantic_extra__, slow.__pydantic_private__)
+    again = _nodes.related_node_info(node)  # copies of one template: nothing mutable shared
+    again.metadata["page"] = 4
+    again.model_fields_set.add("extra")
+    assert fast.metadata["page"] == 3 and fast.model_fields_set == slow.model_fields_set
 
 
 def test_chunker_output_does_not_depend_on_the_memos(texts: list[str]) -> None:
