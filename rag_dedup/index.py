@@ -51,7 +51,6 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
-import gc
 import math
 import os
 import warnings
@@ -63,6 +62,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from rag_dedup import compiled, lsh, settings
+from rag_dedup._gc import gc_paused
 from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
 from rag_dedup.compiled.index import pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
@@ -467,19 +467,13 @@ class DedupIndex:
         signed = [i for i, d in enumerate(digests) if d is not None]
         band_keys = self._band_keys([sets[i] for i in signed]) if signed else None
         row_of = {i: row for row, i in enumerate(signed)}
-        paused = gc.isenabled()
-        gc.disable()  # as _add_parsed
-        try:
-            with storage.lock():
-                for i, (item, d) in enumerate(zip(parsed, digests)):
-                    if d is None:
-                        self._add_batch([item], previous)
-                    else:
-                        row = row_of[i]
-                        self._place_one(item, sets[i], d, band_keys[row : row + 1], previous)  # type: ignore[index]
-        finally:
-            if paused:
-                gc.enable()
+        with gc_paused(), storage.lock():  # as _add_parsed
+            for i, (item, d) in enumerate(zip(parsed, digests)):
+                if d is None:
+                    self._add_batch([item], previous)
+                else:
+                    row = row_of[i]
+                    self._place_one(item, sets[i], d, band_keys[row : row + 1], previous)  # type: ignore[index]
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -572,28 +566,23 @@ class DedupIndex:
 
     def _add_parsed(self, parsed: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         """Add checked items in batches (see :meth:`add_many`); ``previous`` as for :meth:`_link_and_recluster`."""
-        # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
-        # allocates many small objects that cannot form cycles, and each collection they trigger
-        # would walk the caller's whole heap (all their nodes and documents) again.
-        paused = gc.isenabled()
-        gc.disable()
         # More than one batch into a private store: the components the batches change are
         # reclustered once, after the last one (see _recluster_deferred), not after every batch
         # that touches them. A shared store commits each batch whole, its clusters with it, so
         # that other workers (and a batch lost with its connection) never see items unplaced.
         self._deferred = set() if not self.storage.shared and len(parsed) > _batch_size(len(self)) else None
-        try:
-            start = 0
-            while start < len(parsed):
-                size = _batch_size(len(self))
-                self._add_batch(parsed[start : start + size], previous)
-                start += size
-        finally:
+        # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
+        # allocates many small objects that cannot form cycles, and each collection they trigger
+        # would walk the caller's whole heap (all their nodes and documents) again.
+        with gc_paused():
             try:
-                self._recluster_deferred(previous)
+                start = 0
+                while start < len(parsed):
+                    size = _batch_size(len(self))
+                    self._add_batch(parsed[start : start + size], previous)
+                    start += size
             finally:
-                if paused:
-                    gc.enable()
+                self._recluster_deferred(previous)
 
     def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
         storage = self.storage
