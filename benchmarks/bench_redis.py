@@ -288,12 +288,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.baseline_tree and not (Path(args.baseline_tree) / "rag_dedup").is_dir():
         sys.exit(f"--baseline-tree {args.baseline_tree}: no rag_dedup package there")
-    rev = args.baseline or subprocess.run(
-        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
-    if args.baseline_tree:
+    if args.baseline_tree:  # no git needed: this tree may be an export too
         rev = args.baseline_tree
+    else:
+        rev = args.baseline or subprocess.run(
+            ["git", "-C", str(REPO), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
 
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = (None, args.url) if args.url else start_server(tmp)
