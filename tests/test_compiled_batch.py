@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.corpus import chunks
+from tests.kernels import numpy_reference
 
 from rag_dedup import DedupIndex, compiled
 from rag_dedup.compiled.batch import _lower_bound, _sort_unique, batch_buckets, key_order, mark_filter, merge_entries
@@ -92,13 +93,10 @@ _TABLES = st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2**31 - 1)), max
 @given(_TABLES, _TABLES)
 def test_merge_and_filter_kernels_equal_the_numpy_reference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
     keys, gids = merge_entries(*a, *b)
-    was, compiled.COMPILED = compiled.COMPILED, False
-    try:
+    with numpy_reference():
         ref_keys, ref_gids = _merge(*a, *b)
         reference = BandTable()
         reference._mark(keys)
-    finally:
-        compiled.COMPILED = was
     assert keys.dtype == ref_keys.dtype and gids.dtype == ref_gids.dtype
     assert keys.tolist() == ref_keys.tolist() and gids.tolist() == ref_gids.tolist()
     fast = BandTable()
@@ -185,8 +183,5 @@ def test_cluster_components_equal_one_at_a_time(shapes: list[list[tuple[int, int
         components.append(members)
     expected = [cluster_component(members, shingles, floor, longest_then_authority) for members in components]
     assert cluster_components(components, shingles, floor, longest_then_authority) == expected
-    was, compiled.COMPILED = compiled.COMPILED, False
-    try:
+    with numpy_reference():
         assert cluster_components(components, shingles, floor, longest_then_authority) == expected
-    finally:
-        compiled.COMPILED = was

@@ -19,6 +19,7 @@ from rag_dedup import compiled
 from rag_dedup.collapse import Collapser, Passage
 from rag_dedup.compiled.collapse import collapse_rows, pair_counts, similarity_rows
 from rag_dedup.similarity import TextSimilarity
+from tests.kernels import numpy_reference
 from tests.test_collapse import _top30s, edited
 
 pytestmark = pytest.mark.skipif(not compiled.COMPILED, reason="numba is not in use (RAG_DEDUP_KERNELS=reference)")
@@ -116,12 +117,8 @@ def test_the_kernel_decides_as_the_reference_on_random_passages(texts, data, tru
     scores = data.draw(st.lists(st.sampled_from([None, 1.0, 2.0, math.nan]), min_size=n, max_size=n))
     passages = [Passage(f"k{i}", t, s, c) for i, (t, s, c) in enumerate(zip(texts, scores, clusters))]
     fast = Collapser(threshold, trust_clusters=trust).collapse(passages)
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = Collapser(threshold, trust_clusters=trust).collapse(passages)
-    finally:
-        compiled.COMPILED = previous
     assert fast == slow
 
 
@@ -155,12 +152,8 @@ def _stream_both(texts: list[str], **rules: object) -> tuple[tuple[np.ndarray, n
     from rag_dedup.shingles import shingle_stream
 
     fast = shingle_stream(texts, **rules)  # type: ignore[arg-type]
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = shingle_stream(texts, **rules)  # type: ignore[arg-type]
-    finally:
-        compiled.COMPILED = previous
     return fast, slow
 
 
@@ -296,17 +289,13 @@ def test_a_warm_collapse_decides_as_the_reference_on_random_passages(texts, data
     second = warm.collapse(passages, top_n)
     keys, texts_, scores_, stamps = zip(*[(p.key, p.text, p.score, p.cluster) for p in passages]) if passages else ((),) * 4
     columns = warm.decide_columns(list(keys), list(texts_), list(scores_), list(stamps), top_n) if passages else None
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = Collapser(threshold, trust_clusters=trust).collapse(passages, top_n)
         slow_columns = (
             Collapser(threshold, trust_clusters=trust).decide_columns(list(keys), list(texts_), list(scores_), list(stamps), top_n)
             if passages
             else None
         )
-    finally:
-        compiled.COMPILED = previous
     assert first == second == slow and columns == slow_columns
 
 
@@ -320,12 +309,8 @@ def test_a_warm_collapse_decides_as_the_reference_on_real_top_30s(tops, trust):
     remembered = [collapser.similarity.remembered_sets([p.text for p in ps], 5) is not None for ps in tops]
     assert all(remembered) if not trust else remembered.count(True) < len(tops)  # trusted: stamps only, mostly
     warm = [collapser.collapse(p, 10) for p in tops]
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = [Collapser(trust_clusters=trust).collapse(p, 10) for p in tops]
-    finally:
-        compiled.COMPILED = previous
     assert warm == slow
 
 
@@ -356,12 +341,8 @@ def test_a_warm_collapse_with_an_index_decides_as_the_reference_on_real_top_30s(
     for passages in unstamped:
         collapser.collapse(passages, 10)
     warm = [collapser.collapse(p, 10) for p in unstamped]
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = [Collapser(index=index).collapse(p, 10) for p in unstamped]
-    finally:
-        compiled.COMPILED = previous
     assert warm == slow and any(f.reason == "cluster" for kept in warm for k in kept for f in k.folded)
 
 
@@ -373,12 +354,8 @@ def _sets_both(texts: list[str], **rules: object) -> tuple[tuple[np.ndarray, np.
     from rag_dedup.similarity import _set_values
 
     fast = _stream_sets(texts, **rules)  # type: ignore[arg-type]
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = _set_values(*shingle_stream(texts, **rules))  # type: ignore[arg-type]
-    finally:
-        compiled.COMPILED = previous
     return fast, slow
 
 
@@ -481,12 +458,8 @@ def test_cold_sets_with_repeats_equal_the_reference_and_remember_each_text_once(
     ]
     sim = TextSimilarity()
     values, counts = sim.sets(texts, 5, 4096)
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         ref_values, ref_counts = TextSimilarity().sets(texts, 5, 4096)
-    finally:
-        compiled.COMPILED = previous
     assert np.array_equal(values, ref_values) and np.array_equal(counts, ref_counts)
     remembered = [t for t in dict.fromkeys(texts) if t]
     assert list(sim._cache.by_ngram[5]) == remembered
@@ -503,12 +476,8 @@ def test_sets_of_remembered_and_new_texts_equal_the_reference(tops):
     sim = TextSimilarity()
     sim.sets(texts[:15], 5, 4096)
     got = sim.sets(later, 5, 4096)
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         expected = TextSimilarity().sets(later, 5, 0)
-    finally:
-        compiled.COMPILED = previous
     assert np.array_equal(got[1], expected[1]) and np.array_equal(got[0], expected[0])
 
 
@@ -585,12 +554,8 @@ def test_a_collapse_of_new_and_remembered_texts_decides_as_the_reference(first, 
             [Passage(f"k{i}", t, 2.0 - i / 100, c) for i, (t, c) in enumerate(zip(later, clusters))]]
     collapser = Collapser(threshold, trust_clusters=trust)
     fast = [collapser.collapse(r, 5) for r in rows]
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         slow = [Collapser(threshold, trust_clusters=trust).collapse(r, 5) for r in rows]
-    finally:
-        compiled.COMPILED = previous
     assert fast == slow
 
 
@@ -605,12 +570,8 @@ def test_a_cold_collapse_remembers_each_new_text_once_with_the_reference_sets(to
     assert list(sim._cache.by_ngram[5]) == list(dict.fromkeys(texts))
     assert sim.remembered_sets(texts, 5) is not None
     got = sim.sets(texts, 5, 4096)
-    previous = compiled.COMPILED
-    compiled.COMPILED = False
-    try:
+    with numpy_reference():
         expected = TextSimilarity().sets(texts, 5, 0)
-    finally:
-        compiled.COMPILED = previous
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     mixed = [*tops[1][:10], *tops[0][:10]]
     collapser.collapse(mixed)
@@ -631,12 +592,8 @@ def test_a_cold_collapse_falls_back_for_blank_texts_character_grams_and_nan_scor
     ]
     for rows in cases:
         fast = Collapser().collapse(rows)
-        previous = compiled.COMPILED
-        compiled.COMPILED = False
-        try:
+        with numpy_reference():
             slow = Collapser().collapse(rows)
-        finally:
-            compiled.COMPILED = previous
         assert fast == slow
     bad = [Passage("a", long, 1.0), Passage("b", long + " \ud800", 0.5)]
     with pytest.raises(InvalidTextError, match="the text of passage 'b'"):
