@@ -40,8 +40,9 @@ INDEX_FORMAT_VERSION = 1
 DIRECTORY_FORMAT_VERSION = 2
 #: The Redis key layout (the ``<namespace>:format`` key). 2: readable key names, buckets as fields of
 #: a few thousand hashes (see ``rag_dedup/storage/redis/keys.py``). 3: the commit counter and log that
-#: optimistic batches are checked against (``ns:commits``, ``ns:commit-log``).
-REDIS_LAYOUT_VERSION = 3
+#: optimistic batches are checked against (``ns:commits``, ``ns:commit-log``). 4: no buckets in Redis,
+#: the band log ``ns:band-log`` that every worker's copy of them is kept up to date from.
+REDIS_LAYOUT_VERSION = 4
 #: The LlamaIndex DedupTransform's ``dedup_transform.json``. 2: dropped nodes as compact records with
 #: shared parts, plus ``passed``, ``sources`` and ``token``.
 TRANSFORM_STATE_FORMAT = "rag-dedup-transform"

@@ -231,24 +231,29 @@ def test_a_batch_costs_a_few_round_trips_not_one_per_chunk_or_band(redis_url, na
     assert index.storage.round_trips - before < 100
 
 
-def test_buckets_are_fields_of_a_few_thousand_hashes_not_a_key_each(redis_url, namespace):
-    """Regression guard: a Redis key per LSH bucket (21 a chunk, ~100 bytes each) made the index cost
-    3.6 KB a chunk; as fields of 4,096 hashes a bucket costs ~20 bytes."""
+def test_buckets_are_a_band_log_that_each_worker_mirrors_not_keys(redis_url, namespace):
+    """Key layout 4: no bucket is a key or field in Redis (layout 3's 4,096 bucket hashes were most of the
+    server's time); each commit that files groups appends one band-log entry, and a process that opens
+    the namespace later rebuilds the same buckets from the log."""
+    from rag_dedup.storage.redis import mirror
+
     index = DedupIndex(storage=redis_url, namespace=namespace)
     index.add_many(ITEMS[:1000])
     names = [k.decode() for k in _namespace_keys(redis_url, namespace)]
-    buckets = [k for k in names if k.startswith(f"{namespace}:buckets:")]
-    assert buckets and all(re.fullmatch(rf"{namespace}:buckets:[0-9a-f]{{3}}", k) for k in buckets)
+    assert not [k for k in names if k.startswith(f"{namespace}:buckets")]
     client = redis.Redis.from_url(redis_url)
-    fields = sum(client.hlen(k) for k in buckets)
+    entries = client.lrange(f"{namespace}:band-log", 0, -1)
     groups = client.hlen(f"{namespace}:groups")
     client.close()
-    assert fields >= 10 * groups  # the buckets of 21 bands a group (near-duplicates share some),
-    assert fields >= 4 * len(buckets)  # several to a hash,
-    assert len(names) - len(buckets) < 2 * 1000  # and the other keys are one per group and source at most
-
-
-# --- atomic batches ------------------------------------------------------------------------------
+    parsed = [mirror.parse(raw) for raw in entries]
+    filed = np.concatenate([gids for _, _, _, gids in parsed])
+    assert len(filed) == 21 * groups and len(set(filed.tolist())) == groups  # every group under its 21 band keys
+    assert [int(prefix[:-1]) for prefix, *_ in parsed] == sorted(int(prefix[:-1]) for prefix, *_ in parsed)
+    assert len(names) < 2 * 1000  # one key per group and source at most
+    keys = np.concatenate([keys for _, _, keys, _ in parsed]).reshape(-1, 21)[:50]
+    later = DedupIndex(storage=redis_url, namespace=namespace)  # a fresh mirror, from the whole log
+    first, second = index.storage.query_band_pairs(keys), later.storage.query_band_pairs(keys)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second)) and len(first[0]) >= 50
 
 
 def test_pending_writes_are_invisible_to_others_until_the_batch_commits(redis_url, namespace):
@@ -382,11 +387,12 @@ def test_namespaces_are_separate_and_drop_removes_only_its_own(redis_url):
         pytest.param({"meta": b'{"b": 21}', "next_gid": b"7", "cof": None}, r"key layout 1 \(written by an older rag-dedup", id="layout-1"),
         pytest.param({"next_gid": b"7", "comp": None}, r"key layout 1", id="layout-1-without-meta"),
         pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 2"}, r"b'rag-dedup-redis 2'", id="layout-2"),
-        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 4"}, r"b'rag-dedup-redis 4'", id="a-newer-layout"),
+        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 3"}, r"b'rag-dedup-redis 3'", id="layout-3"),
+        pytest.param({"meta": b'{"b": 21}', "format": b"rag-dedup-redis 5"}, r"b'rag-dedup-redis 5'", id="a-newer-layout"),
     ],
 )
 def test_a_namespace_in_another_key_layout_is_refused_with_what_to_do(redis_url, namespace, keys, held):
-    """The key layout changed (readable names in layout 2, the commit log in 3): an old namespace must not
+    """The key layout changed (readable names in layout 2, the commit log in 3, the band log in 4): an old namespace must not
     be read as an empty or a damaged one, and drop() still clears it."""
     client = redis.Redis.from_url(redis_url)
     for name, value in keys.items():
@@ -394,13 +400,13 @@ def test_a_namespace_in_another_key_layout_is_refused_with_what_to_do(redis_url,
             client.hset(f"{namespace}:{name}", "1", "x")
         else:
             client.set(f"{namespace}:{name}", value)
-    with pytest.raises(CorruptIndexError, match=held + r".*reads key layout 3 only.*drop\(\)"):
+    with pytest.raises(CorruptIndexError, match=held + r".*reads key layout 4 only.*drop\(\)"):
         DedupIndex(storage=redis_url, namespace=namespace)
     RedisStorage(redis_url, namespace=namespace).drop()
     assert _namespace_keys(redis_url, namespace) == [f"{namespace}:commits".encode()]
     index = DedupIndex(storage=redis_url, namespace=namespace)
     index.add_many(ITEMS[:10])
-    assert client.get(f"{namespace}:format") == b"rag-dedup-redis 3"
+    assert client.get(f"{namespace}:format") == b"rag-dedup-redis 4"
     client.close()
 
 

@@ -442,10 +442,10 @@ def _first_digest(client: redis.Redis) -> bytes:
     return packed[1 : 1 + packed[0]]
 
 
-def _a_bucket(client: redis.Redis) -> tuple[bytes, bytes]:
-    """(hash, field) of a stored LSH bucket."""
-    key = next(iter(client.scan_iter(match=f"{NAMESPACE}:buckets:*")))
-    return key, next(iter(client.hkeys(key)))
+def _band_log_entry(client: redis.Redis, damage: bytes) -> None:
+    """A commit's band-log entry (the LSH buckets it changed) followed by ``damage``: the next batch's mirror update reads it."""
+    last = client.lindex(f"{NAMESPACE}:band-log", -1)
+    client.rpush(f"{NAMESPACE}:band-log", b"999999:" + last[last.index(b":") + 1 :] + damage)
 
 
 HOSTILE = [
@@ -457,7 +457,8 @@ HOSTILE = [
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:cluster-of", FIRST[0]["key"], b'["x", "0.9"]'), r":cluster-of\[.*similarity is not a finite number", id="cluster-entry"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b""), r":groups\[0\] holds b''", id="group-empty"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:groups", _first_group(c), b"\x10abc"), r":groups\[0\]", id="group-short"),
-    pytest.param(lambda c: c.hset(*_a_bucket(c), b"12abc"), r":buckets:<band key> holds .*not whole '<u4' group ids", id="bucket-member"),
+    pytest.param(lambda c: _band_log_entry(c, b"12abc"), r":band-log\[\d+\] holds .*not the header and", id="band-log-entry"),
+    pytest.param(lambda c: c.rpush(f"{NAMESPACE}:band-log", b"no commit number"), r":band-log\[\d+\] holds .*no commit number", id="band-log-no-number"),
     pytest.param(lambda c: c.set(f"{NAMESPACE}:next-group-id", b"many"), r":next-group-id cannot be read", id="counter-not-int"),
     pytest.param(lambda c: (c.delete(f"{NAMESPACE}:items"), c.set(f"{NAMESPACE}:items", b"x")), r":items cannot be read", id="wrong-type"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:digests", _first_digest(c), b" 7"), r":digests\[.*\] holds b' 7'", id="digest-id-spaces"),

@@ -3,7 +3,9 @@
 ``DedupIndex(storage="redis://host:6379/0", namespace="corpus-a")`` keeps its whole state in Redis,
 under keys that start with ``"<namespace>:"`` (their table: :mod:`rag_dedup.storage.redis.keys`), so
 that every worker of an ingestion job sees the same groups, buckets and clusters, and several indexes
-can share one server.
+can share one server. The LSH buckets are the exception: Redis keeps them as a log of each commit's
+changes (``ns:band-log``), and each process keeps them in memory, brought up to date from the log
+(``mirror.py``), so that looking them up costs neither a round trip nor server time.
 
 One job per module:
 
@@ -15,7 +17,8 @@ module                its job
 ``overlay.py``        a batch's pending writes, read cache and read set, and its commit in one MULTI/EXEC
 ``lock.py``           the namespace write lock: take, renew from a thread, release (injectable clock)
 ``connection.py``     URLs (passwords hidden), TLS hints, connecting, the eviction-policy check
-``scripts.py``        the Lua scripts (bucket writes and unions, the commit log, lock release and renewal)
+``mirror.py``         this process's copy of the LSH buckets, and the band-log entries it is kept up to date from
+``scripts.py``        the Lua scripts (where the namespace stands, the band log, set writes, lock release and renewal)
 ====================  ==========================================================================
 
 **Batches are atomic, and run without the lock.** The index runs each batch of ``add``/``add_many``
@@ -26,9 +29,8 @@ committed at its end in one ``MULTI``/``EXEC``, only if no other commit meanwhil
 ``MULTI``/``EXEC`` guarded by ``WATCH`` on the lock (see :mod:`~rag_dedup.storage.redis.overlay`).
 
 **Round trips.** Each storage call answers with one pipelined round trip, whatever the batch size;
-bucket writes and lookups run as server-side scripts over hex blobs of band keys, not as a command
-per bucket, and a lookup answers two blobs (the rows that hit and their group ids), not a reply per
-bucket. Inside a batch, what was read is kept, and asking for components reads ahead what the
+bucket lookups make none (the mirror, brought up to date when the batch starts), and a commit's
+bucket changes are one band-log entry. Inside a batch, what was read is kept, and asking for components reads ahead what the
 index reads next to recluster them, so that a batch costs about twenty round trips in all, not one
 per band, per chunk or per cluster. :attr:`RedisStorage.round_trips` counts them.
 

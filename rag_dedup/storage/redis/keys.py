@@ -1,9 +1,9 @@
 """The Redis key layout of a namespace, its version, and how each value is written and read back.
 
-Key layout 3 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
+Key layout 4 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
 
     key                      type    holds
-    ns:format                string  the key layout: "rag-dedup-redis 3"
+    ns:format                string  the key layout: "rag-dedup-redis 4"
     ns:meta                  string  JSON of the index parameters
     ns:lock                  string  the write lock: a random token, with an expiry
     ns:commits               string  how many batches have committed (INCR at each commit; drop() keeps it)
@@ -14,8 +14,10 @@ Key layout 3 (``ns`` is the namespace; every key starts with ``"<ns>:"``)::
     ns:digests               hash    canonical-text digest -> group id (decimal)
     ns:groups                hash    group id -> 1-byte digest length + digest + shingles as '<u4'
     ns:group-items:<gid>     set     the item keys of a group
-    ns:buckets:<3 hex>       hash    the LSH buckets whose band keys start with those 3 hex digits:
-                                     the other 13 hex digits -> the bucket's group ids as '<u4'
+    ns:band-log              list    the LSH buckets, as each commit changed them: one entry a commit that
+                                     filed or took out groups, "<commit number>:" + two '<u4' counts, then
+                                     the pairs taken out and those filed, band keys '<u8' and group ids '<u4'
+                                     (rag_dedup.storage.redis.mirror; every worker keeps the buckets in memory)
     ns:component-of          hash    group id -> component id (only components of two or more groups)
     ns:component:<cid>       string  the component's sorted group ids as '<i8' (cid: a hash of them)
     ns:cluster-of            hash    item key -> JSON [representative, similarity] (clusters of 2+ items)
@@ -26,7 +28,9 @@ JSON, decimal ids or raw little-endian integers, and each is decoded strictly he
 ValueError, TypeError, ... on anything rag-dedup does not write; the storage turns that into a
 :class:`~rag_dedup.errors.CorruptIndexError` naming the key and field).
 
-**Versions.** Layout 2 had no ``ns:commits`` and ``ns:commit-log``: a layout-2 writer would commit
+**Versions.** Layout 3 kept the buckets in Redis, as fields of 4,096 hashes ``ns:buckets:<3 hex>``,
+which every batch read and wrote through the server (most of the server's time); a layout-3 writer
+would not append to the band log, so layout-4 mirrors would miss its groups. Layout 2 had no ``ns:commits`` and ``ns:commit-log``: a layout-2 writer would commit
 without logging, under the noses of optimistic batches, so it must not share a namespace with this one.
 Layout 1 (rag-dedup before the storage split) had no ``ns:format`` and shorter names
 (``gm:``, ``b:``, ``comp``, ``cm:``, ``cof``, ``src:``, ``next_gid``). Opening a namespace whose format
@@ -69,7 +73,7 @@ class Layout:
         self.commits = p + b"commits"
         self.log = p + b"commit-log"
         self.counter = p + b"next-group-id"
-        self.bucket_prefix = p + b"buckets:"
+        self.band_log = p + b"band-log"
         self.component_prefix = p + b"component:"
         #: The hash of each value table (COMPONENTS: group id -> component id).
         self.hashes = {
@@ -87,17 +91,6 @@ class Layout:
     def set_key(self, table: Table, owner: Any) -> bytes:
         """The key of one set: a source's item keys or a group's."""
         return self._set_prefixes[table] + (enc(owner) if table is Table.SOURCES else b"%d" % owner)
-
-    def bucket(self, band_key: int) -> tuple[bytes, bytes]:
-        """(hash, field) of the bucket of ``band_key``.
-
-        Buckets are fields of 4,096 hashes, not a key each: a top-level key costs the server several
-        times the memory of a field of a small hash (which Redis keeps as a compact listpack; the
-        README's Performance table has the measured bytes a chunk). With 21 bands, 20k chunks make
-        about 100 fields a hash (20,000 x 21 / 4,096).
-        """
-        name = b"%016x" % band_key
-        return self.bucket_prefix + name[:3], name[3:]
 
     def component(self, cid: bytes) -> bytes:
         return self.component_prefix + cid

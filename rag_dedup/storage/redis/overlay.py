@@ -20,6 +20,15 @@ committed batches only. A batch runs in one of two modes:
   the commit is guarded by ``WATCH`` on the lock key and deletes it. If the lock was lost meanwhile (it
   expired, or the connection dropped), ``EXEC`` does nothing and the batch raises.
 
+The LSH buckets are not read from Redis: :attr:`Overlay.mirror` (see
+:mod:`~rag_dedup.storage.redis.mirror`) holds them in this process, and is brought up to date in the
+script that reads the commit count when a batch starts (:meth:`Overlay.begin`), so that it holds them
+as of that commit; a batch's commit appends its bucket changes to the band log. The read set still
+names the band keys looked up, and the write set those filed or taken out, so that the optimistic
+check covers the buckets as before. The mirror is one per :class:`Overlay`, shared by its threads
+under a lock; it only moves forward, so a batch may see buckets newer than its start (which its check
+then counts as a conflict), never older.
+
 :class:`Overlay` works on raw keys, hash fields, set members and strings (bytes); what they mean is
 the business of :mod:`rag_dedup.storage.redis.keys` and the storage.
 """
@@ -37,8 +46,9 @@ import numpy as np
 from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost
 from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
+from rag_dedup.storage.redis.mirror import BandMirror, entry
 
-__all__ = ["Batch", "BucketCache", "Overlay", "write_prints"]
+__all__ = ["Batch", "Overlay", "write_prints"]
 
 #: Fields or commands per request part: keeps each command's argument list and reply moderate.
 CHUNK = 4096
@@ -47,6 +57,9 @@ SCAN_COUNT = 1000
 #: cannot be checked and runs again. Two or three workers are a commit or two behind at their commit;
 #: an entry is ~8 bytes a write (~220 KB for a batch of 1,024 new chunks), so the log stays ~2 MB.
 LOG_KEEP = 8
+#: Band-log entries a COMMITS_SINCE call returns at most (an entry is a commit's bucket changes, ~250 KB
+#: for a batch of 1,024 new chunks): a worker that joins a large namespace reads its log in parts.
+BAND_ENTRIES_MAX = 64
 #: Times an optimistic commit is tried again when another commit lands between its check and its
 #: EXEC (each try checks only the new commits), before the batch counts as conflicting.
 WATCH_TRIES = 8
@@ -78,66 +91,6 @@ def _among(values: np.ndarray, written: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), dtype=bool)
     at = np.minimum(np.searchsorted(written, values), len(written) - 1)
     return written[at] == values
-
-
-def _gather(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """The segments ``values[starts[i] : starts[i] + lens[i]]``, concatenated."""
-    total = int(lens.sum())
-    if not total:
-        return values[:0]
-    ends = np.cumsum(lens)
-    return values[np.repeat(starts - (ends - lens), lens) + np.arange(total)]
-
-
-class BucketCache:
-    """Buckets read by a refused attempt of a batch and written by nobody since, by band key: the group
-    ids of each, for the next attempt (arrays, so that looking up 20,000 band keys is a few numpy calls)."""
-
-    def __init__(self) -> None:
-        self.keys = np.empty(0, dtype=np.uint64)  # sorted, distinct
-        self.starts = np.zeros(1, dtype=np.int64)  # key i's group ids: gids[starts[i] : starts[i + 1]]
-        self.gids = np.empty(0, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def _keep(self, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray, gids: np.ndarray) -> None:
-        self.keys, self.gids = keys, _gather(gids, starts, lens)
-        self.starts = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
-
-    def add(self, replies: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        """Add buckets read as (band keys, the position in them of each group id found, the group ids),
-        the ids of one key together (as BUCKET_LOOKUP answers them, see ``scripts.lookup_reply``)."""
-        if not replies:
-            return
-        lens = [np.diff(self.starts), *(np.bincount(at, minlength=len(k)).astype(np.int64) for k, at, _ in replies)]
-        gids = [self.gids, *(found for _, _, found in replies)]
-        keys = np.concatenate([self.keys, *(np.asarray(k, dtype=np.uint64) for k, _, _ in replies)])
-        length = np.concatenate(lens)
-        starts = np.cumsum(length) - length
-        order = np.argsort(keys, kind="stable")
-        keys = keys[order]
-        first = np.concatenate(([True], keys[1:] != keys[:-1])) if len(keys) else np.ones(0, dtype=bool)
-        chosen = order[first]  # a key read twice holds one value: either will do
-        self._keep(keys[first], starts[chosen], length[chosen], np.concatenate(gids))
-
-    def drop(self, written: np.ndarray) -> None:
-        """Forget the buckets of ``written`` band keys (sorted)."""
-        kept = ~_among(self.keys, written)
-        if not kept.all():
-            lens = np.diff(self.starts)
-            self._keep(self.keys[kept], self.starts[:-1][kept], lens[kept], self.gids)
-
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For band keys (one a row): the rows found here, and (row, group id) for every id of their buckets."""
-        if not len(self):
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, empty
-        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        rows = np.flatnonzero(self.keys[at] == keys)
-        found = at[rows]
-        lens = self.starts[found + 1] - self.starts[found]
-        return rows, np.repeat(rows, lens), _gather(self.gids, self.starts[found], lens)
 
 
 def _field_names(table: Mapping[bytes, Mapping[bytes, Any]]) -> list[bytes]:
@@ -173,11 +126,7 @@ class Batch:
     #: A check found commits since it started that the log no longer holds (a drop logs none): what
     #: this attempt handed out (group ids) may belong to a namespace that is gone.
     gap: bool = False
-    read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read
-    # Buckets read one band key a row (what the index asks inside a batch): (band keys, raw values).
-    # Kept, and carried into the next attempt after a conflict as ``seen_buckets``.
-    bucket_replies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
-    seen_buckets: BucketCache = field(default_factory=BucketCache)
+    read_bands: list[np.ndarray] = field(default_factory=list)  # band keys whose buckets it read (in the mirror)
     dropped: bool = False  # drop() was called: Redis holds nothing of the namespace for this batch
     strings: dict[bytes, bytes | None] = field(default_factory=dict)  # None: deleted
     hashes: dict[bytes, dict[bytes, bytes | None]] = field(default_factory=dict)  # None: field deleted
@@ -211,7 +160,6 @@ class Batch:
     def drop_all(self) -> None:
         """Forget every pending write and everything read: the namespace is deleted at commit."""
         self.dropped = True
-        self.seen_buckets = BucketCache()
         tables = (self.strings, self.hashes, self.sets, self.unfiled, self.seen_strings, self.seen_hashes, self.seen_sets)
         for table in tables:
             table.clear()
@@ -288,12 +236,18 @@ class Overlay:
         log_key: bytes,
         counter_key: bytes,
         groups_key: bytes,
+        band_log_key: bytes,
     ) -> None:
         self.client, self.name, self.url = client, name, url
         self.prefix, self.lock_key, self.guard = prefix, lock_key, guard
         self.commits_key, self.log_key = commits_key, log_key
         self.counter_key = counter_key
-        self._state_keys = [commits_key, log_key, lock_key, guard, counter_key, groups_key]
+        self.band_log_key = band_log_key
+        self._state_keys = [commits_key, log_key, lock_key, guard, counter_key, groups_key, band_log_key]
+        #: This process's copy of the namespace's LSH buckets (see :mod:`~rag_dedup.storage.redis.mirror`).
+        self.mirror = BandMirror()
+        self._mirror_lock = threading.RLock()
+        self._band_more = False
         #: Set once the namespace was seen holding an index: reads then check ``guard``.
         self.known = False
         #: Round trips made by reads and commits.
@@ -555,7 +509,7 @@ class Overlay:
         return count
 
     # --- committing ----------------------------------------------------------------------------
-    def _queue_writes(self, pipe: Any, batch: Batch, bucket_prefix: bytes) -> None:
+    def _queue_writes(self, pipe: Any, batch: Batch) -> None:
         """Queue the batch's writes, and its entry in the commit log, into the transaction ``pipe``."""
         for key, fields in batch.hashes.items():
             gone = [f for f, v in fields.items() if v is None]
@@ -573,18 +527,6 @@ class Overlay:
         for script, pairs in ((scripts.SREM_PAIRS, gone), (scripts.SADD_PAIRS, added)):
             for part in _chunks(pairs):
                 pipe.eval(script, len(part), *(k for k, _ in part), *(m for _, m in part))
-        unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
-        removals = (
-            np.array([k for k, _ in unfiled], dtype=np.uint64),
-            np.array([g for _, g in unfiled], dtype=np.uint64),
-        )
-        for hexes, raw in scripts.pair_blobs(*removals):
-            pipe.eval(scripts.BUCKETS_REM, 0, bucket_prefix, hexes, raw)
-        known, (keys, gids) = _bucket_values(batch, *batch.filed_pairs())
-        for hexes, counts, width, raw, runs in known:
-            pipe.eval(scripts.BUCKETS_SET, 0, bucket_prefix, hexes, counts, raw, width, runs)
-        for hexes, raw in scripts.pair_blobs(keys, gids):
-            pipe.eval(scripts.BUCKETS_ADD, 0, bucket_prefix, hexes, raw)
         for key, value in batch.strings.items():
             if value is None:
                 pipe.delete(key)
@@ -596,11 +538,21 @@ class Overlay:
         prints = write_prints(batch)
         if batch.dropped or len(prints):
             pipe.incr(self.commits_key)
+            unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
+            filed_keys, filed_gids = batch.filed_pairs()
+            if unfiled or len(filed_keys):
+                changes = entry(
+                    np.array([k for k, _ in unfiled], dtype=np.uint64),
+                    np.array([g for _, g in unfiled], dtype=np.uint64),
+                    filed_keys,
+                    filed_gids,
+                )
+                pipe.eval(scripts.BAND_LOG_PUSH, 2, self.commits_key, self.band_log_key, changes)
         if len(prints) and not batch.dropped:
             pipe.rpush(self.log_key, np.sort(prints).astype(">u8").tobytes())  # sorted: it starts with 0 bytes
             pipe.ltrim(self.log_key, -LOG_KEEP, -1)
 
-    def commit(self, batch: Batch, bucket_prefix: bytes, lost_message: Callable[[], str]) -> None:
+    def commit(self, batch: Batch, lost_message: Callable[[], str]) -> None:
         """Write the overlay of a batch under the lock in one MULTI/EXEC, only if the lock is still ours;
         the EXEC releases it.
 
@@ -618,7 +570,7 @@ class Overlay:
                 if batch.dropped:
                     self._unlink_namespace()
                 pipe.multi()
-                self._queue_writes(pipe, batch, bucket_prefix)
+                self._queue_writes(pipe, batch)
                 pipe.delete(self.lock_key)
                 self.round_trips += 1
                 sent = True
@@ -639,8 +591,43 @@ class Overlay:
 
     # --- optimistic batches --------------------------------------------------------------------
     def _state(self, reply: list[Any]) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
-        now, locked, has_meta, has_counter, has_groups, covered, *entries = reply
+        """A COMMITS_SINCE reply, its band-log entries applied to the mirror (see :meth:`_since`)."""
+        now, locked, has_meta, has_counter, has_groups, covered, band, *entries = reply
+        if band:
+            self._band_more = self.mirror.apply(band, self._corrupt_band_entry)
         return int(now), bool(locked), bool(has_meta), bool(has_counter), bool(has_groups), bool(covered), entries
+
+    def _corrupt_band_entry(self, number: int, raw: object, exc: BaseException) -> CorruptIndexError:
+        return self.corrupt(self.band_log_key + b"[%d]" % number, raw, exc)
+
+    def _since(self, since: int, sync: bool) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
+        """Where the namespace stands (``scripts.COMMITS_SINCE``, one round trip), with the commit-log
+        entries since commit ``since`` (-1: none); with ``sync``, the mirror brought up to date too, in
+        the same script, so that it holds the buckets as of the commit count returned (a log of more than
+        ``BAND_ENTRIES_MAX`` new entries takes a round trip for each part, the last one's state
+        returned). The caller holds ``_mirror_lock`` when ``sync``."""
+        keys = self._state_keys
+        while True:
+            have, prefix = self.mirror.request() if sync else (-1, b"")
+            (reply,) = self.pipeline(
+                lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, since, have, prefix, BAND_ENTRIES_MAX), tracked=True
+            )
+            self._band_more = False
+            state = self._state(reply)
+            if not self._band_more:
+                return state
+
+    def sync(self) -> None:
+        """Bring the mirror up to date (one round trip): before reading buckets outside a batch, and under the lock."""
+        with self._mirror_lock:
+            self._since(-1, True)
+
+    def query_mirror(self, rows: np.ndarray, *, sync: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``BandTable.query_pairs`` of the mirror (brought up to date first with ``sync``)."""
+        with self._mirror_lock:
+            if sync:
+                self._since(-1, True)
+            return self.mirror.table.query_pairs(rows)
 
     def begin(self, carried: Batch | None = None) -> Batch:
         """Start an optimistic batch (one round trip), with what ``carried`` (an earlier attempt of the
@@ -651,9 +638,8 @@ class Overlay:
             RedisUnavailable: The connection dropped.
         """
         since = -1 if carried is None else carried.commits
-        keys = self._state_keys
-        (reply,) = self.pipeline(lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, since), tracked=True)
-        now, _, has_meta, has_counter, has_groups, covered, entries = self._state(reply)
+        with self._mirror_lock:
+            now, _, has_meta, has_counter, has_groups, covered, entries = self._since(since, True)
         if self.known and not has_meta:
             raise self.lost("its parameters (key meta)")
         if has_groups and not has_counter:
@@ -672,21 +658,21 @@ class Overlay:
 
     def _check(self, batch: Batch, covered: bool, entries: Sequence[bytes]) -> bool:
         """Whether the commits of ``entries`` wrote something the batch read (``covered``: the log
-        held them all); if they did, what they wrote is dropped from the batch's read cache, and its
-        buckets read so far are kept in ``seen_buckets`` for its next attempt."""
+        held them all); if they did, what they wrote is dropped from the batch's read cache (its next
+        attempt reads it again; its buckets are the mirror's, which that attempt's start updates)."""
         if covered and not entries:
             return False
         if not covered or batch.read_all or any(len(e) % 8 for e in entries):
             batch.gap = batch.gap or not covered
-            self._forget(batch, None)
+            for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings):
+                table.clear()
             return True
         written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))
         kept = batch.read_prints
         hash_hits = _among(_prints_kept(_field_names(batch.seen_hashes), kept), written)
         set_hits = _among(_prints_kept(list(batch.seen_sets), kept), written)
         string_hits = _among(_prints_kept(list(batch.seen_strings), kept), written)
-        bands = np.concatenate([*batch.read_bands, batch.seen_buckets.keys])
-        band_hits = _among(bands, written)
+        band_hits = _among(np.concatenate(batch.read_bands) if batch.read_bands else np.empty(0, dtype=np.uint64), written)
         if not (hash_hits.any() or set_hits.any() or string_hits.any() or band_hits.any()):
             return False
         if hash_hits.any():
@@ -698,33 +684,18 @@ class Overlay:
             names = list(table)
             for i in np.flatnonzero(hits).tolist():
                 del table[names[i]]
-        self._forget(batch, written)
         return True
-
-    def _forget(self, batch: Batch, written: np.ndarray | None) -> None:
-        """Keep the buckets the batch read in ``seen_buckets`` but those of ``written`` band keys (all of
-        them, and every other read, when ``written`` is None)."""
-        if written is None:
-            for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings):
-                table.clear()
-            batch.seen_buckets = BucketCache()
-        else:
-            batch.seen_buckets.add(batch.bucket_replies)
-            batch.seen_buckets.drop(written)
-        batch.bucket_replies.clear()
 
     def validate(self, batch: Batch) -> bool:
         """Whether what the optimistic ``batch`` read is still what Redis holds (one round trip); when it
         is not, the batch's read cache is brought up to date for its next attempt (see :meth:`_check`)."""
-        keys = self._state_keys
-        (reply,) = self.pipeline(lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits), tracked=True)
-        now, _, _, _, _, covered, entries = self._state(reply)
+        now, _, _, _, _, covered, entries = self._since(batch.commits, False)
         if self._check(batch, covered, entries):
             batch.commits = now
             return False
         return True
 
-    def commit_optimistic(self, batch: Batch, bucket_prefix: bytes) -> str:
+    def commit_optimistic(self, batch: Batch) -> str:
         """Commit an optimistic batch if nothing it read was written since it started, and the lock is free.
 
         Returns ``"committed"``; ``"conflict"`` when a commit since its start wrote something it read
@@ -745,7 +716,7 @@ class Overlay:
                 for _ in range(WATCH_TRIES):
                     self.round_trips += 2
                     pipe.watch(self.commits_key, self.lock_key)
-                    reply = pipe.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits)
+                    reply = pipe.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits, -1, b"", 0)
                     now, locked, has_meta, _, _, covered, entries = self._state(reply)
                     if self.known and not has_meta:
                         pipe.reset()
@@ -759,7 +730,7 @@ class Overlay:
                         return "conflict"
                     batch.commits = now  # checked up to here: a retry checks only the commits after it
                     pipe.multi()
-                    self._queue_writes(pipe, batch, bucket_prefix)
+                    self._queue_writes(pipe, batch)
                     self.round_trips += 1
                     sent = True
                     try:
@@ -801,58 +772,8 @@ class Overlay:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
 
 
-def _bucket_values(batch: Batch, keys: np.ndarray, gids: np.ndarray) -> tuple[list[tuple[str, bytes, bytes, bytes, bytes]], tuple[np.ndarray, np.ndarray]]:
-    """The batch's filed (band key, group id) pairs split in two: the buckets whose value in Redis the
-    batch knows, as their new values (``scripts.set_blobs``, for BUCKETS_SET), and the other pairs (for
-    BUCKETS_ADD).
-
-    The batch knows a bucket it read (in this attempt, or in an earlier one and checked since) and took
-    no group out of. Its commit goes through only if no commit since wrote what it read (optimistic),
-    or while it holds the lock: either way the bucket is, at the commit, what was read, and the new
-    value (what was read, then the batch's ids in the order filed) is what BUCKETS_ADD would make of it.
-    """
-    if not len(keys) or batch.dropped or not (batch.bucket_replies or len(batch.seen_buckets)):
-        return [], (keys, gids)
-    keys = np.asarray(keys, dtype=np.uint64)
-    order = np.argsort(keys, kind="stable")  # a key's pairs together, in the order filed
-    ordered = keys[order]
-    first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
-    distinct = ordered[first]
-    new_starts = np.flatnonzero(first)
-    new_lens = np.diff(np.append(new_starts, len(ordered)))
-    # Where each distinct key's stored value is: (source, start, length) in the first source holding it.
-    sources = [(batch.seen_buckets.keys, batch.seen_buckets.starts[:-1], np.diff(batch.seen_buckets.starts), batch.seen_buckets.gids)]
-    for asked, at, found in batch.bucket_replies:
-        lens = np.bincount(at, minlength=len(asked)).astype(np.int64)
-        sources.append((np.asarray(asked, dtype=np.uint64), np.cumsum(lens) - lens, lens, found))
-    known = np.zeros(len(distinct), dtype=bool)
-    stored_starts = np.zeros(len(distinct), dtype=np.int64)
-    stored_lens = np.zeros(len(distinct), dtype=np.int64)
-    offset = 0
-    for src_keys, src_starts, src_lens, src_gids in sources:
-        if len(src_keys):
-            at = np.minimum(np.searchsorted(src_keys, distinct), len(src_keys) - 1)
-            hit = (src_keys[at] == distinct) & ~known
-            stored_starts[hit] = offset + src_starts[at[hit]]
-            stored_lens[hit] = src_lens[at[hit]]
-            known |= hit
-        offset += len(src_gids)
-    taken = [k for k, gone in batch.unfiled.items() if gone]
-    if taken:
-        known &= ~_among(distinct, np.sort(np.array(taken, dtype=np.uint64)))
-    if not known.any():
-        return [], (keys, gids)
-    every = np.concatenate([*(src[3].astype(np.int64) for src in sources), np.asarray(gids, dtype=np.int64)[order]])
-    segment_starts = np.stack((stored_starts[known], offset + new_starts[known]), axis=1).reshape(-1)
-    segment_lens = np.stack((stored_lens[known], new_lens[known]), axis=1).reshape(-1)
-    values = _gather(every, segment_starts, segment_lens)
-    starts = np.concatenate(([0], np.cumsum(stored_lens[known] + new_lens[known]))).astype(np.int64)
-    rest = order[~np.repeat(known, new_lens)]
-    return scripts.set_blobs(distinct[known], starts, values), (keys[rest], np.asarray(gids)[rest])
-
-
 def _take_cache(old: Batch, new: Batch) -> None:
-    new.seen_hashes, new.seen_sets, new.seen_strings, new.seen_buckets = old.seen_hashes, old.seen_sets, old.seen_strings, old.seen_buckets
+    new.seen_hashes, new.seen_sets, new.seen_strings = old.seen_hashes, old.seen_sets, old.seen_strings
     new.read_prints = old.read_prints
 
 

@@ -17,18 +17,13 @@ import numpy as np
 
 from rag_dedup.errors import CorruptIndexError, NamespaceLost, RedisUnavailable
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
-from rag_dedup.storage.redis import connection, keys, scripts
+from rag_dedup.storage.redis import connection, keys
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
 from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
 from rag_dedup.storage.redis.overlay import Batch, Overlay
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
-
-#: Band keys per BUCKET_LOOKUP call. A script holds the server while it runs, and every other worker's
-#: command waits for it: 8,192 keys (the 21 buckets of ~400 chunks) take ~10 ms of the server; a batch's
-#: calls go in one pipeline (one round trip), and other workers' commands run between them.
-LOOKUP_KEYS = 8192
 
 #: Optimistic attempts of a batch before it runs under the lock (see :meth:`RedisStorage.run_batch`).
 #: The second reads only what others wrote meanwhile, so it is short; if it is refused too, the
@@ -149,6 +144,7 @@ class RedisStorage(Bookkeeping):
             log_key=k.log,
             counter_key=k.counter,
             groups_key=k.hashes[Table.GROUPS],
+            band_log_key=k.band_log,
         )
         #: Optimistic attempts refused because another commit wrote what they read (each was run again).
         self.conflicts = 0
@@ -296,7 +292,7 @@ class RedisStorage(Bookkeeping):
         """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
         wait = self._lock.waiter()
         while True:
-            outcome = self._overlay.commit_optimistic(batch, self.keys.bucket_prefix)
+            outcome = self._overlay.commit_optimistic(batch)
             if outcome != "locked":
                 return outcome
             wait()
@@ -343,9 +339,10 @@ class RedisStorage(Bookkeeping):
             batch = Batch(token=hold.token)
             if carried is not None:
                 overlay.carry(carried, batch)
+            overlay.sync()
             overlay.batch = batch
             yield
-            overlay.commit(batch, k.bucket_prefix, self._lock.lost_message)
+            overlay.commit(batch, self._lock.lost_message)
             committed = True
         finally:
             overlay.batch = None
@@ -546,46 +543,15 @@ class RedisStorage(Bookkeeping):
         if optimistic and n and b:
             batch.read_bands.append(rows.reshape(-1).copy())  # type: ignore[union-attr]
         if n and b and (batch is None or not batch.dropped):
-            # Every bucket is read by itself (BUCKET_LOOKUP answers per band key), its band keys sorted
-            # so that the keys of one bucket hash are read together; what this batch took out of a
-            # bucket is then taken out of what was read. A row of one bucket that an earlier attempt of
-            # this batch read, and nobody wrote since, is not read again.
-            rems = batch.unfiled if batch is not None else {}
-            cached = np.empty(0, dtype=np.int64)
-            if batch is not None and b == 1 and len(batch.seen_buckets):
-                cached, cached_rows, cached_gids = batch.seen_buckets.lookup(rows[:, 0])
-            todo = np.ones(n, dtype=bool)
-            todo[cached] = False
-            asked = np.flatnonzero(todo)
-            flat = rows[asked].reshape(-1)  # key j is of row asked[j // b]
-            order = np.argsort(flat, kind="stable")
-            ordered = flat[order]
-            parts = [slice(i, i + LOOKUP_KEYS) for i in range(0, len(ordered), LOOKUP_KEYS)]
-            prefix = self.keys.bucket_prefix
-
-            def build(p: Any) -> None:
-                for part in parts:
-                    p.eval(scripts.BUCKET_LOOKUP, 0, prefix, scripts.row_blob(ordered[part]), scripts.bucket_runs(ordered[part]))
-
-            replies = self._overlay.pipeline(build, tracked=True)
-            keep = optimistic and b == 1
-            for part, reply in zip(parts, replies):
-                at, found = self._bucket_ids(reply)
-                if keep:
-                    batch.bucket_replies.append((ordered[part], at, found))  # type: ignore[union-attr]
-                where = order[part.start + at]
-                if rems:  # take out what this batch took out of those buckets
-                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(flat[where].tolist(), found.tolist())], dtype=bool)
-                    where, found = where[kept], found[kept]
-                row_parts.append(asked[where // b])
-                gid_parts.append(found)
-            if len(cached):
-                if rems:  # take out what this batch took out of those buckets
-                    keys_of = rows[cached_rows, 0].tolist()
-                    kept = np.array([g not in rems.get(k, ()) for k, g in zip(keys_of, cached_gids.tolist())], dtype=bool)
-                    cached_rows, cached_gids = cached_rows[kept], cached_gids[kept]
-                row_parts.append(cached_rows)
-                gid_parts.append(cached_gids)
+            # The buckets are this process's mirror (outside a batch brought up to date first, one round
+            # trip); inside a batch it holds them as of the batch's start (Overlay.begin).
+            found_rows, found = self._overlay.query_mirror(rows, sync=batch is None)
+            if batch is not None and batch.unfiled:  # take out what this batch took out
+                gone = np.fromiter({g for gs in batch.unfiled.values() for g in gs}, dtype=np.int64)
+                kept = ~np.isin(found, gone)
+                found_rows, found = found_rows[kept], found[kept]
+            row_parts.append(found_rows)
+            gid_parts.append(found)
         if batch is not None and batch.filed_keys:
             adds = batch.filed_index()
             hits = [(i // b, g) for i, k in enumerate(rows.reshape(-1).tolist()) for g in adds.get(k, ())]
@@ -599,17 +565,6 @@ class RedisStorage(Bookkeeping):
         if len(pairs) > 1:
             pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
         return pairs >> 32, pairs & 0xFFFFFFFF
-
-    def _bucket_ids(self, reply: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """A BUCKET_LOOKUP reply as (number in its blob of the band key of each group id found, the group ids).
-
-        Raises:
-            CorruptIndexError: A bucket holds a value that is not whole '<u4' group ids.
-        """
-        at, found, bad = scripts.lookup_reply(reply)
-        if bad is not None:
-            raise self._overlay.corrupt(self.keys.bucket_prefix + b"<band key>", bad, ValueError("not whole '<u4' group ids"))
-        return at, found
 
     # --- components: group id -> component id -> packed members --------------------------------
     def component_members(self, gids: Sequence[int]) -> list[frozenset[int]]:
@@ -701,7 +656,7 @@ class RedisStorage(Bookkeeping):
         overlay.fetch(hashes={t: fs for t, fs in wanted.items() if fs})
         cluster_of = h[Table.CLUSTER_OF]
         entries = self._decoded(cluster_of, item_keys, overlay.hmget(cluster_of, item_keys), keys.decode_cluster_entry)
-        reps = overlay.unseen(h[Table.CLUSTERS], sorted({keys.enc(e[0]) for e in entries if e is not None}))
+        reps = overlay.unseen(h[Table.CLUSTERS], sorted({k if e is None else keys.enc(e[0]) for k, e in zip(item_keys, entries)}))
         if reps:
             overlay.fetch(hashes={h[Table.CLUSTERS]: reps})
 
