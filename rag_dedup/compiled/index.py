@@ -46,12 +46,12 @@ __all__ = [
 
 
 @kernel
-def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
-    """How many values the sorted unique runs ``flat[i:end_i]`` and ``flat[j:end_j]`` share (a merge)."""
+def _merge_count(a: np.ndarray, i: int, end_i: int, b: np.ndarray, j: int, end_j: int) -> int:
+    """How many values the sorted unique runs ``a[i:end_i]`` and ``b[j:end_j]`` share (a merge)."""
     shared = 0
     while i < end_i and j < end_j:
-        x = flat[i]
-        y = flat[j]
+        x = a[i]
+        y = b[j]
         if x == y:
             shared += 1
             i += 1
@@ -61,6 +61,12 @@ def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
         else:
             j += 1
     return shared
+
+
+@kernel
+def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
+    """How many values the sorted unique runs ``flat[i:end_i]`` and ``flat[j:end_j]`` share."""
+    return _merge_count(flat, i, end_i, flat, j, end_j)
 
 
 @kernel
@@ -78,25 +84,9 @@ def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, r
 
 @kernel
 def shared_count(a: np.ndarray, b: np.ndarray) -> int:
-    """``|A ∩ B|`` of two sorted unique arrays (a merge): :func:`pair_intersections` of one pair, without
-    packing the two into one array first."""
-    i = 0
-    j = 0
-    n = len(a)
-    m = len(b)
-    shared = 0
-    while i < n and j < m:
-        x = a[i]
-        y = b[j]
-        if x == y:
-            shared += 1
-            i += 1
-            j += 1
-        elif x < y:
-            i += 1
-        else:
-            j += 1
-    return shared
+    """``|A ∩ B|`` of two sorted unique arrays: :func:`pair_intersections` of one pair, without packing
+    the two into one array first."""
+    return _merge_count(a, 0, len(a), b, 0, len(b))
 
 
 @kernel
