@@ -58,7 +58,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from rag_dedup import compiled
-from rag_dedup.compiled.index import intersection_matrix, pack, pair_jaccard
+from rag_dedup.compiled.index import intersection_matrix, jaccard_of, pack, pair_jaccard
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
 
@@ -456,7 +456,7 @@ def cluster_component(
         rows = family.rows(remaining)
     if rows is None and len(remaining) == 2 and compiled.COMPILED:
         a, b = remaining
-        (sim,) = pair_jaccard([shingles[a], shingles[b]], [0], [1])
+        sim = jaccard_of(shingles[a], shingles[b])
         return _cluster_two(items, group_of, a, b, sim, floor, policy)
     if rows is None and len(remaining) <= _DENSE_MAX and compiled.COMPILED:
         return _cluster_few(items, group_of, remaining, _Dense(remaining, shingles), floor, policy)

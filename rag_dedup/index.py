@@ -64,7 +64,7 @@ import numpy as np
 from rag_dedup import compiled, lsh, settings
 from rag_dedup._gc import gc_paused
 from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
-from rag_dedup.compiled.index import pair_jaccard
+from rag_dedup.compiled.index import jaccard_of, pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
@@ -127,6 +127,10 @@ _FEW_CANDIDATES = 64
 _CLUSTER_BLOCK = 256
 # Candidate pairs verified at a time by _link_and_recluster (pairs already joined are skipped).
 _VERIFY_BLOCK = 4096
+
+# _jaccard_to verifies up to this many candidates a kernel call each (jaccard_of), more in one packed call
+# (pair_jaccard): a call costs ~0.4 us, packing the sets ~5 us.
+_PAIRWISE = 8
 
 Kind = Literal["unique", "exact", "near"]
 
@@ -450,17 +454,20 @@ class DedupIndex:
         placed = self._place_exact_copies(set(comp), {key: record})
         self._store_clusters(*(placed or self._cluster_component(sorted(comp), {})), previous)
 
-    def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> None:
+    def _add_few(self, parsed: Sequence[_Item], previous: dict[str, str]) -> bool:
         """:meth:`_add_parsed` of a few checked items (at most ``_ONE_BY_ONE``) into a private store: hashed
         and signed together, then placed one at a time by :meth:`_place_one`, which costs less than
         a batch's fixed cost for so few. The same final state (the clusters are a pure function of
         the set of items) and the same ``previous``. A batch that holds a key already in the index
         takes the batch path whole (it is a no-op or an error before anything is written).
+
+        Returns True when every key was new (then :meth:`_new_matches` may answer), False when the
+        batch path took them.
         """
         storage = self.storage
         if any(rec is not None for rec in storage.get_items([item.key for item in parsed])):
             self._add_parsed(parsed, previous)
-            return
+            return False
         sets, digests = shingles_and_digests(
             [item.text for item in parsed], self.ngram, ignore_decoration=self.ignore_decoration, short_tokens=self.short_tokens
         )
@@ -474,6 +481,20 @@ class DedupIndex:
                 else:
                     row = row_of[i]
                     self._place_one(item, sets[i], d, band_keys[row : row + 1], previous)  # type: ignore[index]
+        return True
+
+    def _new_matches(self, keys: Sequence[str], previous: Mapping[str, str]) -> list[Match]:
+        """``_matches(keys, previous, set(keys))`` of keys that were all new to the index before this call
+        (``previous`` as the call left it), reading the store only for the keys the call reclustered.
+
+        Every cluster entry a call writes goes through :meth:`_store_clusters`, which first notes the
+        key in ``previous``; a new key not there has no entry, so it is a cluster of its own ("unique",
+        what :meth:`_matches` says of a key without one). Most new texts are.
+        """
+        touched = [key for key in keys if key in previous]
+        found = dict(zip(touched, self._matches(touched, previous, set(keys)))) if touched else {}
+        make = tuple.__new__
+        return [found.get(key) or make(Match, (key, key, key, None, 1.0, "unique", 1, None)) for key in keys]
 
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
@@ -497,11 +518,12 @@ class DedupIndex:
         """
         parsed = _parse_many(items)
         previous: dict[str, str] = {}
+        keys = [item.key for item in parsed]
         if len(parsed) <= _ONE_BY_ONE and not self.storage.shared:
-            self._add_few(parsed, previous)
+            if self._add_few(parsed, previous):
+                return self._new_matches(keys, previous)
         else:
             self._add_parsed(parsed, previous)
-        keys = [item.key for item in parsed]
         return self._matches(keys, previous, set(keys))
 
     def update(
@@ -1563,10 +1585,13 @@ def _new_group_match(key: str, clusters: Sequence[ClusterEntry], previous: Mappi
 
 
 def _jaccard_to(a: np.ndarray, others: Sequence[np.ndarray]) -> list[float]:
-    """The exact Jaccard of ``a`` with each of ``others`` (sorted unique shingle arrays): one kernel call
-    (:func:`~rag_dedup.compiled.index.pair_jaccard`), or :func:`~rag_dedup.similarity.jaccard_many` on the
-    reference path; the same floats (both divide the same integers)."""
+    """The exact Jaccard of ``a`` with each of ``others`` (sorted unique shingle arrays): a kernel call a
+    pair (:func:`~rag_dedup.compiled.index.jaccard_of`) for a few, one for all of them
+    (:func:`~rag_dedup.compiled.index.pair_jaccard`) for more, or :func:`~rag_dedup.similarity.jaccard_many`
+    on the reference path; the same floats (all divide the same integers)."""
     if compiled.COMPILED:
+        if len(others) <= _PAIRWISE:
+            return [jaccard_of(a, b) for b in others]
         return pair_jaccard([a, *others], [0] * len(others), range(1, len(others) + 1))
     return jaccard_many(a, others).tolist()
 

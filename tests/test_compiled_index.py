@@ -1,7 +1,9 @@
 """The one-item paths of ``DedupIndex.add`` (issue 14) against the paths they shortcut, value for value.
 
 * :func:`rag_dedup.compiled.index.pair_intersections` / :func:`~rag_dedup.compiled.index.pair_jaccard`
-  against :func:`~rag_dedup.similarity.jaccard_pairs` (the reference of ``DedupIndex._verify``);
+  and their one-pair forms :func:`~rag_dedup.compiled.index.shared_count` /
+  :func:`~rag_dedup.compiled.index.jaccard_of` (on writable and read-only arrays, as the store returns
+  them) against :func:`~rag_dedup.similarity.jaccard_pairs` (the reference of ``DedupIndex._verify``);
 * :func:`~rag_dedup.compiled.index.intersection_matrix` and the small-component loop of
   :func:`~rag_dedup.clusters.cluster_component` (``_cluster_few``) against the numpy reference
   (``compiled.COMPILED = False``);
@@ -23,7 +25,7 @@ from tests.oracles import batch_path
 
 from rag_dedup import DedupIndex, compiled
 from rag_dedup.clusters import _DENSE_MAX, _cluster_few, _Dense, cluster_component
-from rag_dedup.compiled.index import intersection_matrix, pack, pair_intersections, pair_jaccard
+from rag_dedup.compiled.index import intersection_matrix, jaccard_of, pack, pair_intersections, pair_jaccard, shared_count
 from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.similarity import jaccard_many, jaccard_pairs
 from rag_dedup.storage.memory import BandTable
@@ -48,6 +50,10 @@ def test_pair_kernels_equal_the_numpy_reference(sets: list[np.ndarray], data: st
     assert sizes == [len(s) for s in sets]
     shared = pair_intersections(flat, bounds, np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)).tolist()
     assert shared == [len(np.intersect1d(sets[a], sets[b])) for a, b in pairs]
+    stored = [np.frombuffer(s.tobytes(), dtype=np.uint32) for s in sets]  # read-only, as the store's
+    assert [shared_count(sets[a], stored[b]) for a, b in pairs] == shared
+    assert [jaccard_of(sets[a], stored[b]) for a, b in pairs] == got
+    assert [jaccard_of(stored[a], stored[b]) for a, b in pairs] == got
     matrix = intersection_matrix(flat, bounds)
     assert matrix.tolist() == [[len(np.intersect1d(a, b)) for b in sets] for a in sets]
     for i, a in enumerate(sets):  # J(a, b) from the matrix: jaccard_many's floats

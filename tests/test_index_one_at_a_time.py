@@ -209,6 +209,18 @@ def test_a_few_items_placed_one_at_a_time_move_representatives_as_the_batch_path
     assert any(m.displaced for m in got) and {m.kind for m in got} == {"unique", "exact", "near"}
 
 
+def test_a_few_items_mostly_unique_answer_as_the_batch_path() -> None:
+    """Blocks of distinct texts (most a cluster of their own, answered without reading the store:
+    ``DedupIndex._new_matches``) with a near-duplicate and an exact copy of an earlier block's text
+    among them: the Matches of the batch path, the earlier text's included."""
+    texts = [t for _, t in chunks()[:40]]
+    items = [(f"u{i}", t) for i, t in enumerate(texts[:30])]
+    items[12:12] = [("near", texts[3] + " edited"), ("copy", texts[5])]
+    got = _same_answers_block_by_block(items, [10, 7])
+    kinds = {m.key: m.kind for m in got}
+    assert kinds["near"] == "near" and kinds["copy"] == "exact" and list(kinds.values()).count("unique") >= 25
+
+
 def test_a_few_items_with_a_stored_key_take_the_batch_path_whole() -> None:
     """A small ``add_many`` holding a key already in the index: unchanged, a no-op for it; with another
     text, a ValueError before anything of the block is written."""

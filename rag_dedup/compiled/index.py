@@ -39,16 +39,19 @@ except ImportError:  # no numba: the kernels are plain Python (rag_dedup.compile
     def intrinsic(function):  # type: ignore[no-untyped-def]
         return function
 
-__all__ = ["band_lookup", "buffer_file", "intersection_matrix", "pack", "pair_intersections", "pair_jaccard", "row_lookup_file"]
+__all__ = [
+    "band_lookup", "buffer_file", "intersection_matrix", "jaccard_of", "pack", "pair_intersections", "pair_jaccard", "row_lookup_file",
+    "shared_count",
+]  # fmt: skip
 
 
 @kernel
-def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
-    """How many values the sorted unique runs ``flat[i:end_i]`` and ``flat[j:end_j]`` share (a merge)."""
+def _merge_count(a: np.ndarray, i: int, end_i: int, b: np.ndarray, j: int, end_j: int) -> int:
+    """How many values the sorted unique runs ``a[i:end_i]`` and ``b[j:end_j]`` share (a merge)."""
     shared = 0
     while i < end_i and j < end_j:
-        x = flat[i]
-        y = flat[j]
+        x = a[i]
+        y = b[j]
         if x == y:
             shared += 1
             i += 1
@@ -58,6 +61,12 @@ def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
         else:
             j += 1
     return shared
+
+
+@kernel
+def _shared(flat: np.ndarray, i: int, end_i: int, j: int, end_j: int) -> int:
+    """How many values the sorted unique runs ``flat[i:end_i]`` and ``flat[j:end_j]`` share."""
+    return _merge_count(flat, i, end_i, flat, j, end_j)
 
 
 @kernel
@@ -71,6 +80,13 @@ def pair_intersections(flat: np.ndarray, bounds: np.ndarray, left: np.ndarray, r
     for k in range(len(left)):
         out[k] = _shared(flat, bounds[left[k]], bounds[left[k] + 1], bounds[right[k]], bounds[right[k] + 1])
     return out
+
+
+@kernel
+def shared_count(a: np.ndarray, b: np.ndarray) -> int:
+    """``|A ∩ B|`` of two sorted unique arrays: :func:`pair_intersections` of one pair, without packing
+    the two into one array first."""
+    return _merge_count(a, 0, len(a), b, 0, len(b))
 
 
 @kernel
@@ -257,6 +273,17 @@ def pack(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[int]]
     if not sets:
         return np.zeros(0, dtype=np.uint32), bounds, sizes
     return np.concatenate(sets), bounds, sizes
+
+
+def jaccard_of(a: np.ndarray, b: np.ndarray) -> float:
+    """The exact Jaccard of two sorted unique shingle arrays of one dtype, with :func:`shared_count`: the
+    float :func:`pair_jaccard` gives the pair (the same integers divided), in one kernel call for a
+    few pairs (one ``add``'s candidates), where packing them costs several numpy calls."""
+    size_a, size_b = len(a), len(b)
+    if not size_a or not size_b:
+        return 0.0
+    n = shared_count(a, b)
+    return n / (size_a + size_b - n)  # type: ignore[no-any-return]
 
 
 def pair_jaccard(sets: Sequence[np.ndarray], left: Sequence[int], right: Sequence[int]) -> list[float]:
