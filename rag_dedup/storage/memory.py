@@ -225,17 +225,6 @@ class BandTable:
                 order[2 * (count + i)], order[2 * (count + i) + 1] = key, own - 1
         return np.array(rows, dtype=np.int64), np.array(found, dtype=np.int64)
 
-    def insert_pairs(self, keys: np.ndarray, gids: np.ndarray) -> None:
-        """File group ``gids[i]`` under band key ``keys[i]`` (flat pairs, as a Redis band log holds them)."""
-        if len(keys) == 0:
-            return
-        if len(keys) >= self._DIRECT_LIMIT:
-            self._add(np.ascontiguousarray(keys, dtype=np.uint64), np.asarray(gids, dtype=np.int32))
-            return
-        self._buffer_file(np.ascontiguousarray(keys, dtype=np.uint64), np.asarray(gids, dtype=np.int64), 1, False)
-        if self._buffered >= self._BUFFER_LIMIT:
-            self._flush_buffer()
-
     def delete(self, gid: int) -> None:
         """Forget group ``gid`` (a tombstone until every run has been compacted)."""
         self._dead.add(gid)

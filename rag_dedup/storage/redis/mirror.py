@@ -109,7 +109,7 @@ class BandMirror:
             for gid in np.unique(removed).tolist():
                 self.table.delete(gid)
             if len(keys):
-                self.table.insert_pairs(keys, gids)
+                self.table.insert(gids, keys.reshape(-1, 1))  # one key a row: the pairs as filed
             self.applied += 1
             self.last_prefix = prefix
         return bool(more)

@@ -247,7 +247,6 @@ class Overlay:
         #: This process's copy of the namespace's LSH buckets (see :mod:`~rag_dedup.storage.redis.mirror`).
         self.mirror = BandMirror()
         self._mirror_lock = threading.RLock()
-        self._band_more = False
         #: Set once the namespace was seen holding an index: reads then check ``guard``.
         self.known = False
         #: Round trips made by reads and commits.
@@ -591,10 +590,8 @@ class Overlay:
 
     # --- optimistic batches --------------------------------------------------------------------
     def _state(self, reply: list[Any]) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
-        """A COMMITS_SINCE reply, its band-log entries applied to the mirror (see :meth:`_since`)."""
-        now, locked, has_meta, has_counter, has_groups, covered, band, *entries = reply
-        if band:
-            self._band_more = self.mirror.apply(band, self._corrupt_band_entry)
+        """A COMMITS_SINCE reply, without its band-log part (:meth:`_since` applies that)."""
+        now, locked, has_meta, has_counter, has_groups, covered, _, *entries = reply
         return int(now), bool(locked), bool(has_meta), bool(has_counter), bool(has_groups), bool(covered), entries
 
     def _corrupt_band_entry(self, number: int, raw: object, exc: BaseException) -> CorruptIndexError:
@@ -612,10 +609,9 @@ class Overlay:
             (reply,) = self.pipeline(
                 lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, since, have, prefix, BAND_ENTRIES_MAX), tracked=True
             )
-            self._band_more = False
-            state = self._state(reply)
-            if not self._band_more:
-                return state
+            band = reply[6]
+            if not band or not self.mirror.apply(band, self._corrupt_band_entry):
+                return self._state(reply)
 
     def sync(self) -> None:
         """Bring the mirror up to date (one round trip): before reading buckets outside a batch, and under the lock."""
@@ -626,7 +622,7 @@ class Overlay:
         """``BandTable.query_pairs`` of the mirror (brought up to date first with ``sync``)."""
         with self._mirror_lock:
             if sync:
-                self._since(-1, True)
+                self.sync()
             return self.mirror.table.query_pairs(rows)
 
     def begin(self, carried: Batch | None = None) -> Batch:
