@@ -404,3 +404,80 @@ def test_a_batch_checked_again_fingerprints_only_what_it_read_since(redis_url, n
     assert not overlay._check(batch, True, [log_entry(b"other\0y")])
     assert overlay._check(batch, True, [log_entry(b"h\0a")])  # another commit wrote field a of h
     assert counted == [2, 1] and batch.seen_hashes[b"h"] == {b"b": None, b"c": b"2"}
+
+
+def after_first_read(index: DedupIndex, action: Any) -> list[str]:
+    """Run ``action()`` once, just after the first read (``Overlay.fetch``) of ``index``'s first
+    optimistic batch has returned: in the middle of the batch, before the reads that follow. Returns
+    the outcome of each of the batch's commits (``commit_optimistic``) as they come."""
+    overlay = index.storage._overlay  # type: ignore[attr-defined]
+    fetch, commit = overlay.fetch, overlay.commit_optimistic
+    done: list[int] = []
+    outcomes: list[str] = []
+
+    def hooked_fetch(*args: Any, **kwargs: Any) -> Any:
+        out = fetch(*args, **kwargs)
+        if not done and overlay.batch is not None and overlay.batch.token is None:
+            done.append(1)
+            action()
+        return out
+
+    def hooked_commit(batch: Any) -> str:
+        outcomes.append(commit(batch))
+        return outcomes[-1]
+
+    overlay.fetch, overlay.commit_optimistic = hooked_fetch, hooked_commit
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    "kind, outcomes",
+    [
+        pytest.param("exact", ["committed"], id="an-exact-copy-stops-it-at-its-next-read"),
+        pytest.param("near", ["conflict", "committed"], id="a-near-duplicate-refuses-it-at-its-commit"),
+    ],
+)
+def test_a_commit_in_the_middle_of_a_batch_that_wrote_what_it_read_refuses_it(redis_url, namespace, kind, outcomes):
+    """A commit that lands in the middle of a batch and wrote what the batch had read (the digest of an
+    exact copy) refuses it at its next read (Overlay.fetch reads the commit count first): the first
+    attempt never gets to its commit. A near-duplicate filed in buckets the batch reads only later
+    (from the mirror, as of the batch's start) is caught at its commit, which checks from the start
+    (the regression guard: a check that moved the batch's start forward would miss it). Either way
+    the second attempt gives the one-process partition."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    copy = copy_of_target(kind, 0)
+    seen = after_first_read(index, lambda: other.add_many([copy]))
+    index.add_many(BATCH)
+    assert seen == outcomes
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    expected = reference(BASE + [copy] + BATCH)
+    assert expected["matches"][copy["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
+    assert state(index) == expected
+
+
+def test_a_commit_in_the_middle_that_wrote_nothing_the_batch_read_is_checked_once(redis_url, namespace, monkeypatch):
+    """A commit in the middle of a batch that wrote nothing it had read is checked at the batch's next
+    read (once, however many reads follow), and the batch goes on; its commit checks it again, with
+    the buckets read since (a mirror as of the batch's start)."""
+    from rag_dedup.storage.redis.overlay import Overlay
+
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    entries_checked: list[int] = []
+    check = Overlay._check
+
+    def spy(self: Any, batch: Any, covered: bool, entries: Any) -> bool:
+        if self is index.storage._overlay:  # type: ignore[attr-defined]
+            entries_checked.append(len(entries))
+        return check(self, batch, covered, entries)
+
+    monkeypatch.setattr(Overlay, "_check", spy)
+    outcomes = after_first_read(index, lambda: other.add_many([unrelated(0)]))
+    index.add_many(BATCH)
+    assert outcomes == ["committed"]
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert entries_checked == [1, 1]  # the other commit: at the next read, and at the commit
+    assert state(index) == reference(BASE + [unrelated(0)] + BATCH)

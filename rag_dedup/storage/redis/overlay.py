@@ -48,7 +48,7 @@ from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
 from rag_dedup.storage.redis.mirror import BandMirror, entry
 
-__all__ = ["Batch", "Overlay", "write_prints"]
+__all__ = ["Batch", "Overlay", "Refused", "write_prints"]
 
 #: Fields or commands per request part: keeps each command's argument list and reply moderate.
 CHUNK = 4096
@@ -63,6 +63,12 @@ BAND_ENTRIES_MAX = 64
 #: Times an optimistic commit is tried again when another commit lands between its check and its
 #: EXEC (each try checks only the new commits), before the batch counts as conflicting.
 WATCH_TRIES = 8
+
+
+class Refused(Exception):
+    """Raised by a read inside an optimistic batch that found another commit wrote what the batch had
+    read: the attempt stops there (its values no longer fit together), to be run again
+    (:meth:`RedisStorage.run_batch <rag_dedup.storage.redis.storage.RedisStorage.run_batch>` catches it)."""
 
 
 def _prints(names: Sequence[bytes]) -> np.ndarray:
@@ -122,6 +128,8 @@ class Batch:
     depth: int = 1
     #: The namespace's commit count that what this batch read is checked from (optimistic only).
     commits: int = -1
+    #: The last commit count a read of it found and checked it against (:meth:`Overlay._recheck`).
+    rechecked: int = -1
     read_all: bool = False  # it read something the read set cannot name (a scan, a count): any commit conflicts
     #: A check found commits since it started that the log no longer holds (a drop logs none): what
     #: this attempt handed out (group ids) may belong to a namespace that is gone.
@@ -350,11 +358,23 @@ class Overlay:
 
         Inside a batch the answers are also kept (the batch holds the lock, so Redis cannot change
         under it): a later read of the same thing is served without a round trip.
+
+        Inside an optimistic batch the round trip also reads the commit count, first. When others
+        committed since the batch started (and it was not checked against them yet), they are
+        checked now, the answers just read included (:meth:`_recheck`): a batch that another commit
+        refuses stops at its next read rather than at its commit.
+
+        Raises:
+            Refused: Inside an optimistic batch, another commit wrote something the batch read.
         """
         parts = [(key, part) for key, fields in hashes.items() for part in _chunks(list(fields))]
         sets, strings = list(sets), list(strings)
+        batch = self.batch
+        optimistic = batch is not None and batch.token is None and not batch.dropped
 
         def build(p: Any) -> None:
+            if optimistic:  # first: what the rest reads is as of this count or later
+                p.get(self.commits_key)
             for key, part in parts:
                 p.hmget(key, part)
             for key in sets:
@@ -363,17 +383,36 @@ class Overlay:
                 p.get(key)
 
         replies = iter(self.pipeline(build, tracked=True))
+        commits = next(replies) if optimistic else None
         fields_out = {(key, f): v for key, part in parts for f, v in zip(part, next(replies))}
         sets_out = {key: next(replies) for key in sets}
         strings_out = {key: next(replies) for key in strings}
-        batch = self.batch
         if batch is not None:
             for (key, f), v in fields_out.items():
                 batch.seen_hashes.setdefault(key, {})[f] = v
             for key, members in sets_out.items():
                 batch.seen_sets[key] = set(members)
             batch.seen_strings.update(strings_out)
+        if optimistic and (commits or b"0") not in (b"%d" % batch.commits, b"%d" % batch.rechecked):  # type: ignore[union-attr]
+            self._recheck(batch)  # type: ignore[arg-type]
         return fields_out, sets_out, strings_out
+
+    def _recheck(self, batch: Batch) -> None:
+        """Check the optimistic ``batch`` (one round trip) after a read found commits it was not checked
+        against: the check its commit makes, made early. Refusing it now is what its commit would do
+        (what it read stays read); going on changes nothing: its commit still checks every commit
+        since its start (the buckets it reads after this point are the mirror's as of its start, so
+        the check cannot start later).
+
+        Raises:
+            Refused: One of them wrote something the batch read (its read cache then holds what is
+                still valid, and ``batch.commits`` says from where, for the next attempt).
+        """
+        now, _, _, _, _, covered, entries = self._since(batch.commits, False)
+        if self._check(batch, covered, entries):
+            batch.commits = now
+            raise Refused(f"{self.name}: another commit wrote what this batch read")
+        batch.rechecked = now
 
     def unseen(self, key: bytes, fields: Sequence[bytes]) -> list[bytes]:
         """The fields of hash ``key`` that the open batch neither wrote nor read (all outside a batch)."""

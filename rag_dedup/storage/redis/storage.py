@@ -21,7 +21,7 @@ from rag_dedup.storage.redis import connection, keys
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
 from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
-from rag_dedup.storage.redis.overlay import Batch, Overlay
+from rag_dedup.storage.redis.overlay import Batch, Overlay, Refused
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
 
@@ -262,6 +262,8 @@ class RedisStorage(Bookkeeping):
                     body()
                 except (RedisUnavailable, NamespaceLost):
                     raise
+                except Refused:  # a read found the attempt refused (Overlay.fetch): run it again now
+                    outcome = "conflict"
                 except Exception:
                     # Read across other commits, the values may not fit together (a component named
                     # but gone): an error counts only if nothing it read has changed.
