@@ -671,7 +671,7 @@ class DedupIndex:
             else:
                 slot, bucket_rows, bucket_gids = self._lookup_buckets(fresh_keys)
                 new_gids = storage.create_groups([unique[i] for i in fresh], fresh_sets, fresh_keys)
-                buckets = _buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
+                pairs, buckets = _split_buckets(slot, fresh_keys.shape[1], new_gids, bucket_rows, bucket_gids)
             gid_of.update(zip((unique[i] for i in fresh), new_gids))
             new_record = tuple.__new__
             records = {
@@ -1514,6 +1514,45 @@ def _buckets(
         new = new_gids[rows[new_ends[k] - new_count[k] : new_ends[k]]].tolist()
         out.append((old, new))
     return out
+
+
+def _split_buckets(
+    slot: np.ndarray, width: int, gids: Sequence[int], bucket_rows: np.ndarray, bucket_gids: np.ndarray
+) -> tuple[list[tuple[int, int]], list[tuple[list[int], list[int]]]]:
+    """:func:`_buckets`, split as :meth:`DedupIndex._link` takes it: each bucket of two groups as the pair
+    it makes, ``(new, old)`` or, without an old group, ``(first new, second new)``; then the buckets of
+    more than two, as ``(stored gids, new gids)``. Both in the order of :func:`_buckets` (by key).
+
+    The same buckets as :func:`_buckets` (tested), built with a few numpy calls for the two-group ones
+    (most buckets a batch finds), where building a pair of lists for each costs ~0.6 us a bucket.
+    """
+    n = len(slot)
+    n_keys = int(slot.max()) + 1 if n else 0
+    # The stable order of slot: (slot, position) packed into one int64 sorts without a stable sort.
+    shift = max(1, (n - 1).bit_length())
+    order = np.sort((slot.astype(np.int64) << shift) | np.arange(n, dtype=np.int64)) & ((1 << shift) - 1)
+    new_ends = np.cumsum(np.bincount(slot, minlength=n_keys))
+    old_ends = np.cumsum(np.bincount(bucket_rows, minlength=n_keys))
+    new_count = np.diff(new_ends, prepend=0)
+    old_count = np.diff(old_ends, prepend=0)
+    news = np.asarray(gids, dtype=np.int64)[order // width]
+    total = new_count + old_count
+    has_new = new_count > 0
+    two = np.flatnonzero(has_new & (total == 2))
+    first = news[new_ends[two] - new_count[two]]
+    other = news[new_ends[two] - 1]  # the second new group, where the bucket has no old one
+    with_old = old_count[two] == 1
+    other[with_old] = bucket_gids[old_ends[two][with_old] - 1]
+    pairs = list(zip(first.tolist(), other.tolist()))
+    many = np.flatnonzero(has_new & (total > 2))
+    olds, new_list = bucket_gids.tolist(), news.tolist()
+    bounds = zip(
+        (old_ends[many] - old_count[many]).tolist(),
+        old_ends[many].tolist(),
+        (new_ends[many] - new_count[many]).tolist(),
+        new_ends[many].tolist(),
+    )
+    return pairs, [(olds[a:b], new_list[c:d]) for a, b, c, d in bounds]
 
 
 def _kernel_buckets(

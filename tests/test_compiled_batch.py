@@ -4,6 +4,7 @@
   ``index._kernel_buckets``) against ``DedupIndex._lookup_buckets`` and ``index._buckets``, split as
   ``DedupIndex._link`` splits them (two-group buckets as pairs), with hits in the main and young
   levels, the write buffer, deleted groups, and keys shared among the new rows;
+* ``index._split_buckets`` (the shared store's lookup) against ``index._buckets``, split the same way;
 * :func:`~rag_dedup.compiled.batch.merge_entries` and :func:`~rag_dedup.compiled.batch.mark_filter`
   against ``storage.memory._merge`` and ``BandTable._mark`` on the reference path;
 * ``add_many`` batches on both kernel paths, after ``add`` calls (buffered entries) and removals.
@@ -23,7 +24,7 @@ from tests.kernels import numpy_reference
 from rag_dedup import DedupIndex, compiled
 from rag_dedup.compiled.batch import _lower_bound, _sort_unique, batch_buckets, key_order, mark_filter, merge_entries
 from rag_dedup.clusters import cluster_component, cluster_components
-from rag_dedup.index import _buckets, _kernel_buckets
+from rag_dedup.index import _buckets, _kernel_buckets, _split_buckets
 from rag_dedup.policy import Member, longest_then_authority
 from rag_dedup.storage.memory import BandTable, _merge
 
@@ -185,3 +186,22 @@ def test_cluster_components_equal_one_at_a_time(shapes: list[list[tuple[int, int
     assert cluster_components(components, shingles, floor, longest_then_authority) == expected
     with numpy_reference():
         assert cluster_components(components, shingles, floor, longest_then_authority) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(1, 6), st.integers(0, 30))
+def test_split_buckets_are_the_buckets_split_as_link_takes_them(seed: int, n_new: int, width: int, n_old: int) -> None:
+    """_split_buckets (the Redis path's lookup) lists what _buckets lists, the two-group buckets as pairs."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 12, size=(n_new, width)).astype(np.uint64)  # few distinct keys: shared buckets
+    distinct, slot = np.unique(keys.reshape(-1), return_inverse=True)
+    slot = slot.reshape(-1)
+    gids = sorted(rng.choice(10**6, size=n_new, replace=False).tolist())
+    pairs_found = {(int(rng.integers(0, max(1, len(distinct)))), int(rng.integers(10**6, 2 * 10**6))) for _ in range(n_old)}
+    ordered = sorted(pairs_found) if len(distinct) else []
+    rows = np.array([r for r, _ in ordered], dtype=np.int64)
+    found = np.array([g for _, g in ordered], dtype=np.int64)
+    buckets = _buckets(slot, width, gids, rows, found)
+    pairs = [(new[0], old[0] if old else new[1]) for old, new in buckets if len(old) + len(new) == 2]
+    rest = [(old, new) for old, new in buckets if len(old) + len(new) > 2]
+    assert _split_buckets(slot, width, gids, rows, found) == (pairs, rest)
