@@ -26,6 +26,7 @@ from rag_dedup import CorruptIndexError, DedupIndex, IndexMismatchError, MemoryS
 from rag_dedup.storage.redis import connection
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
 from rag_dedup.storage.redis import RedisStorage
+from rag_dedup.shingles import shingle_hashes_many
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 
@@ -255,6 +256,40 @@ def test_buckets_are_a_band_log_that_each_worker_mirrors_not_keys(redis_url, nam
     later = DedupIndex(storage=redis_url, namespace=namespace)  # a fresh mirror, from the whole log
     first, second = index.storage.query_band_pairs(keys), later.storage.query_band_pairs(keys)
     assert all(np.array_equal(a, b) for a, b in zip(first, second)) and len(first[0]) >= 50
+
+
+def test_a_worker_files_its_own_commits_in_its_mirror_without_reading_them_back(redis_url, namespace, monkeypatch):
+    """A commit applies its own band-log entry to the worker's mirror when the mirror holds every entry
+    before it (the RPUSH's reply says so): the next batch's sync reads nothing back, and the buckets
+    are those of a fresh mirror rebuilt from the whole log. With another worker's entry in between,
+    the next sync reads both."""
+    from rag_dedup.storage.redis.mirror import BandMirror
+
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    read_back: list[int] = []
+    apply = BandMirror.apply
+
+    def spy(self: Any, reply: Any, corrupt: Any) -> bool:
+        if self is index.storage._overlay.mirror:  # type: ignore[attr-defined]
+            read_back.append(len(reply) - 2)
+        return apply(self, reply, corrupt)
+
+    monkeypatch.setattr(BandMirror, "apply", spy)
+    for lo in range(0, 600, 150):
+        index.add_many(ITEMS[lo : lo + 150])
+    client = redis.Redis.from_url(redis_url)
+    logged = client.llen(f"{namespace}:band-log")
+    assert logged == 4 and index.storage._overlay.mirror.applied == logged  # type: ignore[attr-defined]
+    assert sum(read_back) == 0  # its own four entries: none read back
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    other.add_many(ITEMS[600:700])
+    index.add_many(ITEMS[700:800])  # its sync reads the other's entry; its own is then the next one again
+    assert sum(read_back) == 1 and index.storage._overlay.mirror.applied == client.llen(f"{namespace}:band-log") == 6  # type: ignore[attr-defined]
+    client.close()
+    keys = index._band_keys(shingle_hashes_many([item["text"] for item in ITEMS[:800]]))
+    fresh = DedupIndex(storage=redis_url, namespace=namespace)  # a mirror rebuilt from the whole log
+    mine, rebuilt = index.storage.query_band_pairs(keys), fresh.storage.query_band_pairs(keys)
+    assert all(np.array_equal(a, b) for a, b in zip(mine, rebuilt)) and set(mine[0].tolist()) == set(range(800))  # each finds its own group
 
 
 def test_pending_writes_are_invisible_to_others_until_the_batch_commits(redis_url, namespace):

@@ -1,6 +1,6 @@
 """The band log (key layout 4) and the command packer of the Redis storage, against plain Python references.
 
-A commit appends its bucket changes to ``ns:band-log`` behind its commit number (BAND_LOG_PUSH);
+A commit appends its bucket changes to ``ns:band-log`` behind its commit number (an RPUSH in its MULTI/EXEC);
 COMMITS_SINCE hands a worker's mirror the entries it lacks, at most a given number a call, and all of
 them again (reset) when the log is no longer the one the mirror applied (a drop). The mirror must then
 hold what filing and taking out every pair in order gives. LinearPacker must send exactly the bytes
@@ -29,9 +29,10 @@ def _commit(client: redis.Redis, removed: dict[int, list[int]], filed: dict[int,
     """One commit's bucket changes as the storage writes them: the count, then the entry (in one MULTI/EXEC)."""
     pairs = [(k, g) for g, ks in removed.items() for k in ks], [(k, g) for g, ks in filed.items() for k in ks]
     arrays = [np.array([x[i] for x in part], dtype=np.uint64) for part in pairs for i in (0, 1)]
+    number = int(client.get(COMMITS) or 0) + 1  # what the INCR makes (the storage reads it under WATCH)
     pipe = client.pipeline(transaction=True)
     pipe.incr(COMMITS)
-    pipe.eval(scripts.BAND_LOG_PUSH, 2, COMMITS, LOG, entry(*arrays))
+    pipe.rpush(LOG, b"%d:" % number + entry(*arrays))
     pipe.execute()
 
 

@@ -30,7 +30,7 @@ _HEAD = np.dtype([("removed", "<u4"), ("filed", "<u4")])
 
 
 def entry(removed_keys: np.ndarray, removed_gids: np.ndarray, filed_keys: np.ndarray, filed_gids: np.ndarray) -> bytes:
-    """One commit's bucket changes as a band-log entry (without the commit-number prefix that the server adds):
+    """One commit's bucket changes as a band-log entry (without the prefix ``b"<commit number>:"`` the commit writes in front):
     the counts of pairs taken out and filed ('<u4' each), then the band keys ('<u8') and group ids ('<u4') of each.
 
     Raises:
@@ -106,10 +106,15 @@ class BandMirror:
                 prefix, removed, keys, gids = parse(raw)  # type: ignore[arg-type]
             except ValueError as exc:
                 raise corrupt(self.applied, raw, exc) from None
-            for gid in np.unique(removed).tolist():
-                self.table.delete(gid)
-            if len(keys):
-                self.table.insert(gids, keys.reshape(-1, 1))  # one key a row: the pairs as filed
-            self.applied += 1
-            self.last_prefix = prefix
+            self.add(prefix, removed, keys, gids)
         return bool(more)
+
+    def add(self, prefix: bytes, removed_gids: np.ndarray, keys: np.ndarray, gids: np.ndarray) -> None:
+        """Apply the next entry: its prefix, the group ids it took out, the band keys and group ids it
+        filed (as :func:`parse` reads them; this worker's own commit passes what it wrote)."""
+        for gid in np.unique(removed_gids).tolist():
+            self.table.delete(gid)
+        if len(keys):
+            self.table.insert(gids, keys.reshape(-1, 1))  # one key a row: the pairs as filed
+        self.applied += 1
+        self.last_prefix = prefix

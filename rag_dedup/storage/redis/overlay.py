@@ -547,8 +547,14 @@ class Overlay:
         return count
 
     # --- committing ----------------------------------------------------------------------------
-    def _queue_writes(self, pipe: Any, batch: Batch) -> None:
-        """Queue the batch's writes, and its entry in the commit log, into the transaction ``pipe``."""
+    def _queue_writes(self, pipe: Any, batch: Batch, number: int) -> tuple[int, tuple[np.ndarray, ...]] | None:
+        """Queue the batch's writes, and its entries in the commit log and the band log, into the
+        transaction ``pipe``; ``number`` is the commit count this commit makes (the count its WATCH
+        holds, plus one: the band-log entry is written behind it).
+
+        Returns, when the batch changed buckets, where the band-log RPUSH is in the transaction and
+        the entry's arrays (the pairs taken out, the pairs filed), for :meth:`_mirror_own`.
+        """
         for key, fields in batch.hashes.items():
             gone = [f for f, v in fields.items() if v is None]
             kept = {f: v for f, v in fields.items() if v is not None}
@@ -574,21 +580,35 @@ class Overlay:
         # every batch that started before it that it cannot be checked); nor does a batch that
         # wrote nothing (nobody can have read something it changed).
         prints = write_prints(batch)
+        band_at: int | None = None
         if batch.dropped or len(prints):
             pipe.incr(self.commits_key)
             unfiled = [(k, g) for k, gs in batch.unfiled.items() for g in gs]
             filed_keys, filed_gids = batch.filed_pairs()
             if unfiled or len(filed_keys):
-                changes = entry(
+                arrays = (
                     np.array([k for k, _ in unfiled], dtype=np.uint64),
                     np.array([g for _, g in unfiled], dtype=np.uint64),
                     filed_keys,
                     filed_gids,
                 )
-                pipe.eval(scripts.BAND_LOG_PUSH, 2, self.commits_key, self.band_log_key, changes)
+                band_at = len(pipe)
+                pipe.rpush(self.band_log_key, b"%d:" % number + entry(*arrays))
         if len(prints) and not batch.dropped:
             pipe.rpush(self.log_key, np.sort(prints).astype(">u8").tobytes())  # sorted: it starts with 0 bytes
             pipe.ltrim(self.log_key, -LOG_KEEP, -1)
+        return None if band_at is None else (band_at, arrays)
+
+    def _mirror_own(self, queued: tuple[int, tuple[np.ndarray, ...]] | None, replies: list[Any], number: int) -> None:
+        """After a commit, apply its own band-log entry to the mirror (not read back at the next sync),
+        when the mirror holds every entry before it: the RPUSH's reply (the log's new length) says
+        that it is the next one. Else the next sync reads it with the others."""
+        if queued is None:
+            return
+        at, (_, removed_gids, filed_keys, filed_gids) = queued
+        with self._mirror_lock:
+            if self.mirror.applied == int(replies[at]) - 1:
+                self.mirror.add(b"%d:" % number, removed_gids.astype(np.int64), filed_keys, filed_gids.astype(np.int64))
 
     def commit(self, batch: Batch, lost_message: Callable[[], str]) -> None:
         """Write the overlay of a batch under the lock in one MULTI/EXEC, only if the lock is still ours;
@@ -602,17 +622,19 @@ class Overlay:
         try:
             with self.client.pipeline(transaction=True) as pipe:
                 self.round_trips += 2
-                pipe.watch(self.lock_key)
-                if pipe.get(self.lock_key) != batch.token:
+                pipe.watch(self.lock_key, self.commits_key)
+                token, count = pipe.mget(self.lock_key, self.commits_key)
+                if token != batch.token:
                     raise LockLost(lost_message())
+                number = _count(count, self.commits_key, self.corrupt) + 1
                 if batch.dropped:
                     self._unlink_namespace()
                 pipe.multi()
-                self._queue_writes(pipe, batch)
+                queued = self._queue_writes(pipe, batch, number)
                 pipe.delete(self.lock_key)
                 self.round_trips += 1
                 sent = True
-                pipe.execute()
+                self._mirror_own(queued, pipe.execute(), number)
         except WatchError as exc:
             if isinstance(exc.__context__, CONNECTION_ERRORS):
                 raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
@@ -765,16 +787,17 @@ class Overlay:
                         return "conflict"
                     batch.commits = now  # checked up to here: a retry checks only the commits after it
                     pipe.multi()
-                    self._queue_writes(pipe, batch)
+                    queued = self._queue_writes(pipe, batch, now + 1)
                     self.round_trips += 1
                     sent = True
                     try:
-                        pipe.execute()
+                        replies = pipe.execute()
                     except WatchError as exc:
                         if isinstance(exc.__context__, CONNECTION_ERRORS):
                             raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
                         sent = False
                         continue  # another commit (or the lock) came in between: check it
+                    self._mirror_own(queued, replies, now + 1)
                     return "committed"
                 return "conflict"
         except CONNECTION_ERRORS as exc:
@@ -805,6 +828,15 @@ class Overlay:
                 self.client.unlink(*doomed)
         except CONNECTION_ERRORS as exc:
             raise self.unavailable(exc, "while dropping the namespace; drop() again to finish") from exc
+
+
+def _count(raw: bytes | None, key: bytes, corrupt: Callable[[bytes, object, BaseException], CorruptIndexError]) -> int:
+    """The commit count as stored (missing: 0)."""
+    if raw is None:
+        return 0
+    if not raw.isdigit():
+        raise corrupt(key, raw, ValueError("not a count"))
+    return int(raw)
 
 
 def _take_cache(old: Batch, new: Batch) -> None:

@@ -2,12 +2,12 @@
 
 Since key layout 4 no script touches an LSH bucket: the buckets live in each worker's mirror
 (:mod:`~rag_dedup.storage.redis.mirror`), and the server only appends each commit's bucket changes to
-the band log (:data:`BAND_LOG_PUSH`) and hands out the entries a mirror lacks (:data:`COMMITS_SINCE`).
+the band log (a plain RPUSH in the commit's MULTI/EXEC) and hands out the entries a mirror lacks (:data:`COMMITS_SINCE`).
 """
 
 from __future__ import annotations
 
-__all__ = ["BAND_LOG_PUSH", "COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS"]
+__all__ = ["COMMITS_SINCE", "RELEASE", "RENEW", "SADD_PAIRS", "SREM_PAIRS"]
 
 #: Compare-and-delete: only the holder of the token (ARGV[1]) may release the lock KEYS[1].
 RELEASE = """
@@ -58,13 +58,6 @@ if since >= 0 and now ~= since then
   end
 end
 return out
-"""
-#: Append a commit's bucket changes to the band log, inside its MULTI/EXEC. KEYS: commits (already
-#: counted up by this commit), band-log; ARGV[1]: the changes (``mirror.entry``), written behind the
-#: commit's number and ':'.
-BAND_LOG_PUSH = """
-redis.call('rpush', KEYS[2], (redis.call('get', KEYS[1]) or '0') .. ':' .. ARGV[1])
-return 1
 """
 #: Bulk set writes: KEYS[i] gets (or loses) member ARGV[i] (a key may repeat).
 SADD_PAIRS = "for i = 1, #KEYS do redis.call('sadd', KEYS[i], ARGV[i]) end return #KEYS"
