@@ -3,7 +3,8 @@
 held, Redis memory per chunk, and whether the clusters equal the in-memory index's.
 
 Run: ``python benchmarks/bench_redis.py [--chunks 20000] [--baseline REV | --baseline-tree DIR] [--rounds N]
-[--url redis://host:port/db]``
+[--url redis://host:port/db]``, or ``python benchmarks/bench_redis.py --parsers [--chunks N] [--rounds N]
+[--url ...]`` for this tree with and without hiredis (below).
 
 The baseline is a commit of this repository (default: the merge base of ``HEAD`` and ``main``),
 exported with ``git archive`` to a temporary directory; each tree is measured in a fresh process of
@@ -35,6 +36,31 @@ worker's script the other waits for its reply, so the less of it a chunk costs, 
 come to twice one. "Conflicts" are
 optimistic attempts refused because another commit wrote what they read, and run again; "fallbacks"
 the batches that then ran under the lock (a tree without optimistic batches shows 0).
+
+``--parsers``: this tree only, no baseline; the same configurations (and the same check of the
+clusters) three times, each in a fresh process of its own and its spawned workers, the three
+alternately in each round:
+
+* ``hiredis``: redis-py as it comes, which parses replies with hiredis's C parser (``_HiredisParser``)
+  when hiredis is installed, as the ``redis`` extra installs it;
+* ``python parser``: the same, but the storage opened with ``parser_class=redis.connection._RESP2Parser``
+  (``RedisStorage(url, namespace=..., **options)`` passes it to ``redis.Redis.from_url``): the
+  pure-Python reply parser (on a RESP3 connection, redis-py 8's default, redis-py takes its RESP3
+  twin ``_RESP3Parser``);
+* ``no hiredis``: hiredis hidden from the process and its workers (``sys.modules["hiredis"] = None``
+  before redis-py is imported, so ``redis.utils.HIREDIS_AVAILABLE`` is False): what a machine without
+  hiredis runs.
+
+Commands are packed as the tree packs them: this one with its own ``connection.LinearPacker`` in all
+three (a tree that lets redis-py pack with hiredis when it is there shows ``HiredisRespSerializer`` in
+the first two), so here ``python parser`` and ``no hiredis`` run the same code: their difference is
+the noise of the measurement.
+
+It prints configurations 2 and 3 of each side by side (chunks/s, CPU per chunk: the workers' and the
+server's, 2 processes / 1 process; the least of the rounds, and for CPU per chunk also their median)
+with each one's ratio to ``hiredis``, and the parser and packer
+the connections of each run used (read from them after the run: a run that did not get the parser
+its name says stops the benchmark).
 """
 
 from __future__ import annotations
@@ -47,6 +73,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -57,6 +84,21 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+
+#: The environment variable that hides hiredis (``--parsers``'s "no hiredis" runs). Read when this module
+#: is imported: the measuring process imports it before rag_dedup, and a spawned worker unpickles its
+#: target (``worker``, of this module) before its index, so neither has imported redis-py yet.
+HIDE_HIREDIS = "BENCH_REDIS_HIDE_HIREDIS"
+if os.environ.get(HIDE_HIREDIS) == "1":
+    sys.modules["hiredis"] = None  # type: ignore[assignment]  # "import hiredis" raises ImportError
+
+#: ``--parsers``'s runs: name -> (redis-py options given to RedisStorage, hide hiredis). A parser class
+#: is named by its module path here, as it is only importable once redis-py is.
+PARSERS: dict[str, tuple[dict[str, str], bool]] = {
+    "hiredis": ({}, False),
+    "python parser": ({"parser_class": "redis.connection._RESP2Parser"}, False),
+    "no hiredis": ({}, True),
+}
 
 
 def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -99,6 +141,35 @@ def partition(index: Any, keys: list[str]) -> list[tuple[str, str, float]]:
     return [(m.key, m.representative, m.similarity) for m in index.matches(keys)]
 
 
+def open_index(url: str, namespace: str, options: dict[str, str]) -> Any:
+    """``DedupIndex(storage=url, namespace=namespace)``, or, given redis-py ``options`` (values that are
+    dotted names of classes, imported here), ``DedupIndex(storage=RedisStorage(url, namespace, **options))``."""
+    import importlib
+
+    from rag_dedup import DedupIndex
+
+    if not options:
+        return DedupIndex(storage=url, namespace=namespace)
+    from rag_dedup.storage.redis import RedisStorage
+
+    resolved = {}
+    for name, dotted in options.items():
+        module, _, attribute = dotted.rpartition(".")
+        resolved[name] = getattr(importlib.import_module(module), attribute)
+    return DedupIndex(storage=RedisStorage(url, namespace=namespace, **resolved))
+
+
+def wire(storage: Any) -> str:
+    """The reply parser and command packer of the storage's idle connections, as ``parser / packer``
+    (class names; redis-py's private attributes, which it has had since 4.x)."""
+    pool = storage._client.connection_pool
+    kinds = {
+        (type(c._parser).__name__, type(c._command_packer).__name__)
+        for c in list(getattr(pool, "_available_connections", []))
+    }
+    return ", ".join(sorted(f"{parser} / {packer}" for parser, packer in kinds)) or "no idle connection"
+
+
 def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, results: Any) -> None:
     """One ingestion worker: warm up, signal readiness, wait for the start, add, report (end time, round trips...).
 
@@ -121,20 +192,20 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
             getattr(storage, "conflicts", 0),
             getattr(storage, "fallbacks", 0),
             cpu,
+            wire(storage),
         )
     )
 
 
 def run_workers(
-    url: str, namespace: str, items: list[tuple[str, str]], n: int
-) -> tuple[float, int, float, int, int, float, Any]:
+    url: str, namespace: str, items: list[tuple[str, str]], n: int, options: dict[str, str] | None = None
+) -> tuple[float, int, float, int, int, float, Any, list[str]]:
     """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace; the sums of
-    their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's)."""
+    their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's); the index;
+    each worker's ``wire``. ``options``: as for ``open_index``."""
     import redis
 
-    from rag_dedup import DedupIndex
-
-    index = DedupIndex(storage=url, namespace=namespace)
+    index = open_index(url, namespace, options or {})
     index.drop()
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Event(), ctx.Queue()
@@ -156,7 +227,8 @@ def run_workers(
         if p.exitcode != 0:
             sys.exit(f"a worker failed with exit code {p.exitcode}")
     sums = [sum(r[i] for r in reports) for i in range(1, 6)]
-    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index
+    wires = sorted(r[6] for r in reports)
+    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index, wires
 
 
 def server_cpu(client: Any) -> float:
@@ -165,8 +237,9 @@ def server_cpu(client: Any) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
-    """Every figure of one tree (the one ``rag_dedup`` is imported from)."""
+def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[str, Any]:
+    """Every figure of one tree (the one ``rag_dedup`` is imported from); ``parser``, one of PARSERS,
+    says how its Redis storage is opened (whether hiredis is hidden is this process's environment)."""
     import redis
 
     from rag_dedup import DedupIndex
@@ -186,7 +259,8 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     t_mem = time.perf_counter() - t0
     expected = partition(memory, keys)
 
-    one = DedupIndex(storage=url, namespace=f"bench-redis-{tag}-1")
+    options = PARSERS[parser][0]
+    one = open_index(url, f"bench-redis-{tag}-1", options)
     one.drop()
     held = [0.0]
     storage_type = type(one.storage)
@@ -220,9 +294,12 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
     rt_one = one.storage.round_trips - before
     per_chunk = (client.info("memory")["used_memory"] - used) / len(items)
     same_one = partition(one, keys) == expected
+    wire_one = wire(one.storage)
     one.drop()
 
-    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two = run_workers(url, f"bench-redis-{tag}-2", items, 2)
+    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two = run_workers(
+        url, f"bench-redis-{tag}-2", items, 2, options
+    )
     same_two = partition(two, keys) == expected
     two.drop()
     client.close()
@@ -243,19 +320,26 @@ def measure(url: str, chunks: int, tag: str) -> dict[str, Any]:
         "bytes": per_chunk,
         "same_one": same_one,
         "same_two": same_two,
+        "parser": parser,
+        "hiredis": bool(redis.utils.HIREDIS_AVAILABLE),
+        "wire_one": wire_one,
+        "wire_two": wire_two,
     }
 
 
-def run_child(package: Path, module: str, *args: Any) -> dict[str, Any]:
+def run_child(package: Path, module: str, *args: Any, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``<module>.measure(*args)`` (a benchmark module of this folder) in a fresh process whose
-    ``rag_dedup`` is the one under ``package``: its JSON result. ``args`` are written with ``repr``."""
+    ``rag_dedup`` is the one under ``package``: its JSON result. ``args`` are written with ``repr``;
+    ``env``, variables added to the process's environment (which its spawned workers inherit)."""
     code = (
         f"import sys; sys.path.insert(0, {str(package)!r}); sys.path.insert(1, {str(HERE)!r}); "
         f"import json, {module}, rag_dedup; "
         f"assert rag_dedup.__file__.startswith({str(package)!r}), rag_dedup.__file__; "
         f"print(json.dumps({module}.measure({', '.join(map(repr, args))})))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(package))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=str(package), env={**os.environ, **(env or {})}
+    )
     if out.returncode != 0:
         sys.exit(f"measuring {package} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -276,6 +360,86 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: redis-py's pure-Python reply parsers: it swaps _RESP2Parser for _RESP3Parser on a RESP3 connection
+#: (the default protocol of redis-py 8; 2 before).
+PURE_PARSERS = ("_RESP2Parser", "_RESP3Parser")
+
+
+def expected_parsers(parser: str, hiredis: bool) -> set[str]:
+    """The reply parsers a ``parser`` run may have used, in a process where hiredis is (not) importable.
+    (The packer is the tree's business: this tree packs with LinearPacker either way.)"""
+    options, hidden = PARSERS[parser]
+    if hiredis and not hidden and "parser_class" not in options:
+        return {"_HiredisParser"}
+    return set(PURE_PARSERS)
+
+
+def compare_parsers(url: str, chunks: int, rounds: int) -> None:
+    """``--parsers``: this tree's configurations 2 and 3 run as each of PARSERS, printed side by side."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PARSERS}
+    names = list(PARSERS)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # a different one first each round
+            env = {HIDE_HIREDIS: "1" if PARSERS[name][1] else "0"}
+            result = run_child(REPO, "bench_redis", url, chunks, "parsers", name, env=env)
+            want = expected_parsers(name, result["hiredis"])
+            got = {result["wire_one"], *result["wire_two"]}
+            if len(got) != 1 or {w.split(" / ")[0] for w in got} - want or (PARSERS[name][1] and result["hiredis"]):
+                sys.exit(f"the {name!r} run used {sorted(got)}, not one of {sorted(want)}: it did not measure what it says")
+            runs[name].append(result)
+    best_of = {name: best(results) for name, results in runs.items()}
+    base = best_of["hiredis"]
+    n = base["chunks"]
+
+    def per(total: float) -> float:
+        return total / n * 1e6
+
+    # the least of the rounds can be one lucky round: the median of them beside it; what a second worker
+    # costs varies with how many batches conflict: their mean
+    median = {
+        name: {
+            "one": statistics.median(r["cpu_one"] + r["server_one"] for r in results),
+            "two": statistics.median(r["cpu_two"] for r in results),
+        }
+        for name, results in runs.items()
+    }
+    mean = {
+        name: {key: statistics.mean(r[key] for r in results) for key in ("conflicts", "fallbacks")}
+        for name, results in runs.items()
+    }
+    figures: list[tuple[str, Any, str]] = [
+        ("add_many on Redis, 1 process (chunks/s)", lambda r: n / r["t_one"], "{:,.0f}"),
+        ("add_many on Redis, 2 processes (chunks/s)", lambda r: n / r["t_two"], "{:,.0f}"),
+        ("2 processes / 1 process", lambda r: r["t_one"] / r["t_two"], "{:.2f}x"),
+        ("CPU per chunk, 1 process (its CPU + server CPU)", lambda r: per(r["cpu_one"] + r["server_one"]), "{:.0f} us"),
+        ("  the worker's CPU per chunk, 1 process", lambda r: per(r["cpu_one"]), "{:.0f} us"),
+        ("  redis-server's CPU per chunk, 1 process", lambda r: per(r["server_one"]), "{:.0f} us"),
+        ("CPU per chunk, 2 processes (their CPU + server CPU)", lambda r: per(r["cpu_two"]), "{:.0f} us"),
+        ("CPU per chunk, 1 process, the median of the rounds", lambda r: per(median[r["parser"]]["one"]), "{:.0f} us"),
+        ("CPU per chunk, 2 processes, the median of the rounds", lambda r: per(median[r["parser"]]["two"]), "{:.0f} us"),
+        ("round trips per chunk, 1 process", lambda r: r["rt_one"] / n, "{:.4f}"),
+        ("attempts run again, 2 processes (mean of the rounds)", lambda r: mean[r["parser"]]["conflicts"], "{:.1f}"),
+        ("batches fallen back to the lock (mean of the rounds)", lambda r: mean[r["parser"]]["fallbacks"], "{:.1f}"),
+    ]
+    others = names[1:]
+    header = f"{'figure':<55}" + "".join(f"{name:>15}" for name in names)
+    header += "".join(f"{name + ' / hiredis':>26}" for name in others)
+    print(header)
+    for label, value, fmt in figures:
+        line = f"{label:<55}" + "".join(f"{fmt.format(value(best_of[name])):>15}" for name in names)
+        b = value(base)
+        line += "".join(f"{(value(best_of[name]) / b if b else float('nan')):>25.2f}x" for name in others)
+        print(line)
+    for name in names:
+        r = best_of[name]
+        print(
+            f"{name}: parser / packer {r['wire_one']}; same clusters, representatives and similarities as in "
+            f"memory: 1 process {r['same_one']}, 2 processes {r['same_two']}"
+        )
+    if not base["hiredis"]:
+        print("hiredis is not installed here: the 'hiredis' run is redis-py's pure-Python parser too (pip install hiredis)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=20_000, help="chunks to add (default 20000)")
@@ -285,12 +449,19 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds, baseline and this tree alternately; times and CPU are the best of them"
     )
+    parser.add_argument(
+        "--parsers",
+        action="store_true",
+        help="this tree only: Redis with hiredis, with redis-py's pure-Python parser, and without hiredis, side by side",
+    )
     args = parser.parse_args()
+    if args.parsers and (args.baseline or args.baseline_tree):
+        parser.error("--parsers measures this tree only: it takes no --baseline or --baseline-tree")
     if args.baseline_tree and not (Path(args.baseline_tree) / "rag_dedup").is_dir():
         sys.exit(f"--baseline-tree {args.baseline_tree}: no rag_dedup package there")
     if args.baseline_tree:  # no git needed: this tree may be an export too
         rev = args.baseline_tree
-    else:
+    elif not args.parsers:
         rev = args.baseline or subprocess.run(
             ["git", "-C", str(REPO), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -303,21 +474,30 @@ def main() -> None:
 
             info = redis.Redis.from_url(url).info("server")
             print(
-                f"bench_redis: {args.chunks:,} chunks of ~180 words, 20% planted near-duplicates; best of "
-                f"{max(1, args.rounds)} round(s), the trees alternately"
+                f"bench_redis{' --parsers' if args.parsers else ''}: {args.chunks:,} chunks of ~180 words, 20% planted "
+                f"near-duplicates; {'this tree; ' if args.parsers else ''}best of {max(1, args.rounds)} round(s), "
+                f"the {'parsers' if args.parsers else 'trees'} alternately"
             )
             print(f"server: redis {info['redis_version']} at {url.split('@')[-1]}" + ("" if args.url else " (private, loopback, no persistence)"))
             load = os.getloadavg()[0]
-            tree = Path(args.baseline_tree) if args.baseline_tree else export_tree(rev, Path(tmp))
-            rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
-            for _ in range(max(1, args.rounds)):
-                rounds.append((run_child(tree, "bench_redis", url, args.chunks, "base"), run_child(REPO, "bench_redis", url, args.chunks, "this")))
-            base, this = (best([r[i] for r in rounds]) for i in (0, 1))
+            if args.parsers:
+                compare_parsers(url, args.chunks, max(1, args.rounds))
+            else:
+                tree = Path(args.baseline_tree) if args.baseline_tree else export_tree(rev, Path(tmp))
+                rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
+                for _ in range(max(1, args.rounds)):
+                    rounds.append(
+                        (run_child(tree, "bench_redis", url, args.chunks, "base"), run_child(REPO, "bench_redis", url, args.chunks, "this"))
+                    )
+                base, this = (best([r[i] for r in rounds]) for i in (0, 1))
             load_after = os.getloadavg()[1]
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait()
+    if args.parsers:
+        print(f"load average: {load:.2f} (1 min) before the runs, {load_after:.2f} (5 min) after; on {os.cpu_count()} cores")
+        return
 
     n = this["chunks"]
 

@@ -99,6 +99,10 @@ def connect(
 ) -> Any:
     """A client of the server at ``url``, after one PING (and the eviction-policy check, 2 round trips).
 
+    Its commands are packed by :class:`LinearPacker` (unless ``options`` name a ``command_packer``),
+    with or without hiredis; replies are parsed by redis-py's parser (hiredis's when it is installed,
+    or whatever ``parser_class`` the options give).
+
     Raises:
         RedisUnavailable: The server cannot be reached or refused the credentials (the message names
             the URL without its password, and the likely fix).
@@ -107,7 +111,7 @@ def connect(
     require_redis()
     client = redis_py.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout, **options)
     pool = client.connection_pool
-    if not redis_py.utils.HIREDIS_AVAILABLE and "command_packer" not in pool.connection_kwargs:
+    if "command_packer" not in pool.connection_kwargs:
         # Before the first connection is made (connections take their packer when they are created).
         pool.connection_kwargs["command_packer"] = LinearPacker(pool.get_encoder().encode)
     try:
@@ -138,7 +142,10 @@ class LinearPacker:
     thousands of fields, a script call over thousands of keys, which a batch's commit is made of)
     costs a copy of kilobytes per argument. This one writes each argument once and joins them at the
     end; the bytes sent are the same (the RESP array of the encoded arguments, a first argument with
-    spaces split as redis-py splits it). With hiredis installed, redis-py packs in C and this is not used.
+    spaces split as redis-py splits it). It is used with hiredis installed too: redis-py's hiredis packer
+    (``HiredisRespSerializer``) looks at every argument in Python before hiredis packs them, and took
+    1,027 us for a command of 5,000 arguments of 12 bytes where this takes 862 (25 against 20 us at
+    100 arguments; the same at 3), and ``bench_redis.py`` measured 85 us of CPU a chunk against 87.
     """
 
     def __init__(self, encode: Callable[[Any], bytes]) -> None:
