@@ -15,7 +15,10 @@ committed batches only. A batch runs in one of two modes:
   again on fresh values (the rest of its reads are kept: still valid). Why that gives what running
   the batches one at a time gives: the batch is a deterministic function of the values it read; none
   of them changed between its start and its commit, so it would have read and written exactly the same
-  had it run, alone, just before its commit.
+  had it run, alone, just before its commit. Each of its reads also reads the commit count, first: a
+  commit since its start that wrote something it read refuses it there (:class:`Refused`), the check
+  its commit would make, made early, so that it does not finish a computation its commit would throw
+  away (:meth:`Overlay._recheck`).
 * **Under the lock** (:class:`Overlay.commit`): the namespace lock is held, nobody else commits, and
   the commit is guarded by ``WATCH`` on the lock key and deletes it. If the lock was lost meanwhile (it
   expired, or the connection dropped), ``EXEC`` does nothing and the batch raises.
