@@ -37,6 +37,18 @@ come to twice one. "Conflicts" are
 optimistic attempts refused because another commit wrote what they read, and run again; "fallbacks"
 the batches that then ran under the lock (a tree without optimistic batches shows 0).
 
+With several ``--rounds`` the table's times are each the least of the rounds, so its ratio may pair one
+round's two-process time with another round's one-process time. The rows after it take each round's
+two-process run against its own one-process run and give the median over the rounds (each round's
+ratio printed below the table), split into its three factors, an identity:
+
+    2 processes / 1 process = cores busy (2 processes) / cores busy (1 process) / (CPU per chunk, 2 / 1)
+
+where cores busy is the CPU of the workers and the server over the wall time. On 2 cores the first
+factor is at most 2; what a second worker costs in CPU (conflicts run again, two processes and the
+server sharing two cores) is the last. "The workers' ends apart" is the time one worker ran alone at
+the end (the other had finished its share), a share of the two-process wall time.
+
 ``--parsers``: this tree only, no baseline; the same configurations (and the same check of the
 clusters) three times, each in a fresh process of its own and its spawned workers, the three
 alternately in each round:
@@ -199,10 +211,11 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
 
 def run_workers(
     url: str, namespace: str, items: list[tuple[str, str]], n: int, options: dict[str, str] | None = None
-) -> tuple[float, int, float, int, int, float, Any, list[str]]:
+) -> tuple[float, int, float, int, int, float, Any, list[str], list[tuple[float, float]], float]:
     """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace; the sums of
     their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's); the index;
-    each worker's ``wire``. ``options``: as for ``open_index``."""
+    each worker's ``wire``; each worker's end (seconds after the start) and CPU, in the order they
+    ended; the server's CPU. ``options``: as for ``open_index``."""
     import redis
 
     index = open_index(url, namespace, options or {})
@@ -228,7 +241,8 @@ def run_workers(
             sys.exit(f"a worker failed with exit code {p.exitcode}")
     sums = [sum(r[i] for r in reports) for i in range(1, 6)]
     wires = sorted(r[6] for r in reports)
-    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index, wires
+    ends = sorted((r[0] - t0, r[5]) for r in reports)
+    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index, wires, ends, server
 
 
 def server_cpu(client: Any) -> float:
@@ -297,7 +311,7 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
     wire_one = wire(one.storage)
     one.drop()
 
-    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two = run_workers(
+    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two, ends_two, server_two = run_workers(
         url, f"bench-redis-{tag}-2", items, 2, options
     )
     same_two = partition(two, keys) == expected
@@ -313,6 +327,8 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
         "conflicts": conflicts,
         "fallbacks": fallbacks,
         "cpu_two": cpu_two,
+        "server_two": server_two,
+        "ends_two": ends_two,
         "cpu_one": cpu_one,
         "server_one": server_one,
         "rt_one": rt_one,
@@ -357,6 +373,33 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = min(r[key] for r in runs)
     for key in ("same_one", "same_two"):
         out[key] = all(r[key] for r in runs)
+    return out
+
+
+def round_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One tree's rounds, each round's 2-process figures against its own 1-process run, and the median
+    of each over the rounds (the least times of :func:`best` can pair one lucky round with another).
+
+    The ratio splits into ``busy_two / busy_one / cpu_ratio``: cores kept busy (CPU of the workers and
+    the server over the wall time) with two processes and with one, and what a chunk costs in CPU with
+    two over one. ``tail``: the time between the two workers' ends, a share of the wall (one worker
+    alone then); ``imbalance``: the gap between their CPU, a share of the larger.
+    """
+
+    def figures(r: dict[str, Any]) -> dict[str, float]:
+        (end_a, cpu_a), (end_b, cpu_b) = r["ends_two"][0], r["ends_two"][-1]
+        return {
+            "ratio": r["t_one"] / r["t_two"],
+            "busy_two": r["cpu_two"] / r["t_two"],
+            "busy_one": (r["cpu_one"] + r["server_one"]) / r["t_one"],
+            "cpu_ratio": r["cpu_two"] / (r["cpu_one"] + r["server_one"]),
+            "tail": (end_b - end_a) / r["t_two"],
+            "imbalance": abs(cpu_a - cpu_b) / max(cpu_a, cpu_b),
+        }
+
+    each = [figures(r) for r in runs]
+    out: dict[str, Any] = {key: statistics.median(f[key] for f in each) for key in each[0]}
+    out["ratios"] = [f["ratio"] for f in each]
     return out
 
 
@@ -490,6 +533,7 @@ def main() -> None:
                         (run_child(tree, "bench_redis", url, args.chunks, "base"), run_child(REPO, "bench_redis", url, args.chunks, "this"))
                     )
                 base, this = (best([r[i] for r in rounds]) for i in (0, 1))
+                medians = [round_medians([r[i] for r in rounds]) for i in (0, 1)]
             load_after = os.getloadavg()[1]
         finally:
             if proc is not None:
@@ -532,9 +576,24 @@ def main() -> None:
         ("round trips per chunk, 2 processes", base["rt_two"] / n, this["rt_two"] / n, "{:.4f}"),
         ("Redis memory per chunk, used_memory (goal <= 2048 B)", base["bytes"], this["bytes"], "{:,.0f} B"),
     ]
+    mb, mt = medians
+    rows += [
+        ("2 processes / 1 process, the median of the rounds' own", mb["ratio"], mt["ratio"], "{:.2f}x"),
+        ("  = cores busy, 2 processes (their CPU + server's / wall)", mb["busy_two"], mt["busy_two"], "{:.2f}"),
+        ("  / cores busy, 1 process", mb["busy_one"], mt["busy_one"], "{:.2f}"),
+        ("  / (CPU per chunk, 2 processes / 1 process)", mb["cpu_ratio"], mt["cpu_ratio"], "{:.3f}"),
+        ("the workers' ends apart, share of the 2-process wall", mb["tail"], mt["tail"], "{:.1%}"),
+        ("the workers' CPU apart, share of the larger", mb["imbalance"], mt["imbalance"], "{:.1%}"),
+    ]
     print(f"{'figure':<55} {'baseline ' + rev:>18} {'this tree':>14} {'this / baseline':>16}")
     for name, b, t, fmt in rows:
         print(f"{name:<55} {fmt.format(b):>18} {fmt.format(t):>14} {t / b if b else float('nan'):>15.2f}x")
+    print(
+        "2 processes / 1 process in each round: baseline "
+        + ", ".join(f"{x:.2f}x" for x in mb["ratios"])
+        + "; this tree "
+        + ", ".join(f"{x:.2f}x" for x in mt["ratios"])
+    )
     print(
         f"load average: {load:.2f} (1 min) before the runs, {load_after:.2f} (5 min) after; on {os.cpu_count()} cores, "
         "cores busy below 1 with a load above the core count means the one-process run waited for a core: "
