@@ -631,8 +631,13 @@ class DedupIndex:
         band_keys = self._band_keys(sets)
 
         # The storage phase; a shared store may run it more than once (Storage.run_batch), so it starts
-        # from the same items and digests each time.
+        # from the same items and digests each time, and what it notes for ``previous`` is the committed
+        # attempt's only: a refused attempt saw representatives that another commit may have changed.
+        noted: list[dict[str, str]] = []
+
         def store(items: Sequence[_Item] = items, digests: list[bytes | None] = digests) -> None:
+            noted[:] = [{}]
+            previous_here = None if previous is None else noted[0]
             gid_of = dict(zip(unique, storage.find_groups(unique)))
             # Re-adding a key is a no-op when nothing about it changed (a retried batch), else an error;
             # checked before anything is written.
@@ -685,9 +690,12 @@ class DedupIndex:
             shingles = dict(zip(new_gids, fresh_sets))
             # Groups that changed: new ones, and old ones that received an exact copy.
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
-            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous, pairs=pairs)
+            self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous_here, pairs=pairs)
 
         storage.run_batch(store)
+        if previous is not None:
+            for key, rep in (noted[0] if noted else {}).items():
+                previous.setdefault(key, rep)  # a key an earlier batch of the call noted keeps its entry
 
     def _lookup_buckets(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The stored groups of every bucket of ``band_keys`` (an ``(n, b)`` array), each bucket asked once.

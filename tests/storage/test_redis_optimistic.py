@@ -276,6 +276,30 @@ def test_a_batch_run_again_keeps_its_group_ids_and_reclusters_only_what_changed(
     assert state(index) == expected
 
 
+def test_a_batch_run_again_reports_what_it_displaced_as_of_the_commit_it_follows(redis_url, namespace):
+    """Another worker makes a longer copy of a stored text, which takes over its cluster, between the
+    batch's reads and its commit; the batch adds a near-duplicate of the same text. Its second attempt
+    commits after the other's, so the Matches it returns (``displaced`` included) are those of adding
+    the batch after the other's text: the representative the first attempt saw (the stored text
+    itself) was no longer the representative when the batch committed, and displaced nothing."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    target = dict(BASE[3], key="a-target")
+    base = [target, *BASE[4:40]]
+    longer = {"key": "c-longer", "text": target["text"] + " " + BASE[50]["text"].split(" ", 8)[0]}
+    batch = [{"key": "b-near", "text": edited(target["text"], 0.01, seed=2)}, *BATCH[:20]]
+    index.add_many(base)
+    before_each_commit(index, lambda n: other.add_many([longer]) if n == 0 else None)
+    got = index.add_many(batch)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    serial = DedupIndex()
+    serial.add_many([*base, longer])
+    expected = serial.add_many(batch)
+    assert expected[0].cluster_id == "c-longer" and expected[0].displaced is None  # the case this test is about
+    assert got == expected
+    assert state(index) == state(serial)
+
+
 def test_a_batch_run_again_after_a_drop_takes_new_group_ids(redis_url, namespace):
     """Another worker drops the namespace and indexes more texts than the batch between its reads and
     its commit: the ids the batch's first attempt took may now name the other's groups, so its second
