@@ -56,8 +56,8 @@ import os
 import warnings
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -89,6 +89,8 @@ SHINGLING = "tokens-poly64-fmix64-v4"
 #: The stored parameters that name a rule of this rag-dedup (not a choice of the caller): an index that
 #: differs in one was made by another version of the library, and only a rebuild brings it up to date.
 _RULE_VERSIONS = frozenset({"scheme", "normalization", "shingling"})
+T = TypeVar("T")
+
 # add_many indexes items in batches of _BATCH, or of a _BATCH_SHARE-th of the items already indexed
 # when that is more (at most _BATCH_MAX). A batch's temporaries (signatures, band keys) stay a small
 # share of the index. Its band lookups and merges each sweep the sorted band tables once, in order;
@@ -392,50 +394,61 @@ class DedupIndex:
         :meth:`_link_and_recluster` as one bucket, whose :meth:`_link` probes each stored component
         once) returns None.
         """
+        if not self.storage.shared:
+            with self.storage.lock():  # a no-op: nobody else writes a private store
+                return self._place_one_here(item, shingles, digest, band_keys, previous)
+        # A shared store runs it as a batch of its own (RedisStorage: optimistically, without the lock).
+        return self._in_one_batch(
+            lambda noted: self._place_one_here(item, shingles, digest, band_keys, cast(dict, noted)), previous
+        )
+
+    def _place_one_here(
+        self, item: _Item, shingles: np.ndarray, digest: bytes, band_keys: np.ndarray, previous: dict[str, str]
+    ) -> Match | None:
+        """The body of :meth:`_place_one`, inside the store's lock or batch."""
         storage = self.storage
         key = item.key
-        with storage.lock():
-            # The common case first, in one storage call: a new key with a new text, alone in a new group.
-            placed = storage.add_new_item(
-                key, tuple.__new__(ItemRecord, (EMPTY_GROUP, len(item.text), item.source, item.authority, item.first_seen)),
-                digest, shingles, band_keys,
-            )  # fmt: skip
-            if placed is None:  # a stored key (a retried add or an error) or an exact copy of a stored text
-                return self._place_known(item, digest, previous)
-            record, candidates = placed
-            if not candidates:  # no bucket shared: a cluster of its own (most texts)
-                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
-            gid = record.gid
-            if len(candidates) > _FEW_CANDIDATES:  # a big family's buckets: one probe a component there
-                self._link_and_recluster(
-                    [gid], [(sorted(candidates), [gid])], {gid: shingles}, fresh_items={key: record}, previous=previous
-                )
-                return None
-            # A candidate below the threshold is no edge; none at or above it (a false candidate: a shared
-            # boilerplate line) leaves the new group a cluster of its own.
-            olds = sorted(candidates)
-            found = storage.group_shingles(olds)
-            known: dict[int, np.ndarray] = {gid: shingles}  # the new group's shingles and those of the groups it links
-            linked: list[int] = []
-            threshold = self.threshold
-            edge = 0.0
-            for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
-                if sim >= threshold:
-                    linked.append(g)
-                    known[g] = sh
-                    edge = sim
-            if not linked:
-                return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
-            # Its edges join the new group and the stored components of the groups it links into one
-            # component: what _link_and_recluster makes of them, without its general machinery.
-            comp = {gid}.union(*storage.component_members(linked))
-            storage.set_components([comp])
-            if len(comp) == 2 and compiled.COMPILED:  # a text and its one stored near-duplicate (most near-duplicates)
-                keys, clusters = self._cluster_pair(*sorted((linked[0], gid)), edge)
-            else:
-                keys, clusters = self._cluster_component(sorted(comp), known)
-            self._store_clusters(keys, clusters, previous)
-            return _new_group_match(key, clusters, previous)
+        # The common case first, in one storage call: a new key with a new text, alone in a new group.
+        placed = storage.add_new_item(
+            key, tuple.__new__(ItemRecord, (EMPTY_GROUP, len(item.text), item.source, item.authority, item.first_seen)),
+            digest, shingles, band_keys,
+        )  # fmt: skip
+        if placed is None:  # a stored key (a retried add or an error) or an exact copy of a stored text
+            return self._place_known(item, digest, previous)
+        record, candidates = placed
+        if not candidates:  # no bucket shared: a cluster of its own (most texts)
+            return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+        gid = record.gid
+        if len(candidates) > _FEW_CANDIDATES:  # a big family's buckets: one probe a component there
+            self._link_and_recluster(
+                [gid], [(sorted(candidates), [gid])], {gid: shingles}, fresh_items={key: record}, previous=previous
+            )
+            return None
+        # A candidate below the threshold is no edge; none at or above it (a false candidate: a shared
+        # boilerplate line) leaves the new group a cluster of its own.
+        olds = sorted(candidates)
+        found = storage.group_shingles(olds)
+        known: dict[int, np.ndarray] = {gid: shingles}  # the new group's shingles and those of the groups it links
+        linked: list[int] = []
+        threshold = self.threshold
+        edge = 0.0
+        for g, sh, sim in zip(olds, found, _jaccard_to(shingles, found)):
+            if sim >= threshold:
+                linked.append(g)
+                known[g] = sh
+                edge = sim
+        if not linked:
+            return tuple.__new__(Match, (key, key, key, None, 1.0, "unique", 1, None))
+        # Its edges join the new group and the stored components of the groups it links into one
+        # component: what _link_and_recluster makes of them, without its general machinery.
+        comp = {gid}.union(*storage.component_members(linked))
+        storage.set_components([comp])
+        if len(comp) == 2 and compiled.COMPILED:  # a text and its one stored near-duplicate (most near-duplicates)
+            keys, clusters = self._cluster_pair(*sorted((linked[0], gid)), edge)
+        else:
+            keys, clusters = self._cluster_component(sorted(comp), known)
+        self._store_clusters(keys, clusters, previous)
+        return _new_group_match(key, clusters, previous)
 
     def _place_known(self, item: _Item, digest: bytes, previous: dict[str, str]) -> None:
         """:meth:`_place_one` of an item whose key is stored (the batch path: a retried add is a no-op, else
@@ -630,14 +643,8 @@ class DedupIndex:
         del all_sets
         band_keys = self._band_keys(sets)
 
-        # The storage phase; a shared store may run it more than once (Storage.run_batch), so it starts
-        # from the same items and digests each time, and what it notes for ``previous`` is the committed
-        # attempt's only: a refused attempt saw representatives that another commit may have changed.
-        noted: list[dict[str, str]] = []
-
-        def store(items: Sequence[_Item] = items, digests: list[bytes | None] = digests) -> None:
-            noted[:] = [{}]
-            previous_here = None if previous is None else noted[0]
+        # The storage phase, one batch (see _in_one_batch): it starts from the same items and digests each time.
+        def store(previous_here: dict[str, str] | None, items: Sequence[_Item] = items, digests: list[bytes | None] = digests) -> None:
             gid_of = dict(zip(unique, storage.find_groups(unique)))
             # Re-adding a key is a no-op when nothing about it changed (a retried batch), else an error;
             # checked before anything is written.
@@ -692,10 +699,30 @@ class DedupIndex:
             touched = list(dict.fromkeys(rec.gid for rec in records.values() if rec.gid != EMPTY_GROUP))
             self._link_and_recluster(touched, buckets, shingles, fresh_items=records, previous=previous_here, pairs=pairs)
 
-        storage.run_batch(store)
+        self._in_one_batch(store, previous)
+
+    def _in_one_batch(self, body: Callable[[dict[str, str] | None], T], previous: dict[str, str] | None) -> T:
+        """``body``'s answer, ``body`` run as one batch of the store (:meth:`Storage.run_batch
+        <rag_dedup.storage.base.Storage.run_batch>`), given a dict of its own in which to note the
+        representatives it replaces (None when ``previous`` is None).
+
+        A shared store may run ``body`` more than once (an optimistic attempt refused because another
+        worker's commit changed what it read): only the committed attempt's answer and notes count (a
+        refused attempt saw representatives that the other commit may have changed); its notes join
+        ``previous`` where a key has none yet (a key an earlier batch of the same call noted keeps its entry).
+        """
+        answer: list[T] = []
+        noted: list[dict[str, str]] = []
+
+        def attempt() -> None:
+            noted[:] = [{}]
+            answer[:] = [body(None if previous is None else noted[0])]
+
+        self.storage.run_batch(attempt)
         if previous is not None:
-            for key, rep in (noted[0] if noted else {}).items():
-                previous.setdefault(key, rep)  # a key an earlier batch of the call noted keeps its entry
+            for key, rep in noted[0].items():
+                previous.setdefault(key, rep)
+        return answer[0]
 
     def _lookup_buckets(self, band_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The stored groups of every bucket of ``band_keys`` (an ``(n, b)`` array), each bucket asked once.

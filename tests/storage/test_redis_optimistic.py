@@ -25,6 +25,7 @@ import redis
 from rag_dedup import DedupIndex
 from rag_dedup.storage.bookkeeping import Table
 from rag_dedup.storage.redis import RedisStorage
+from rag_dedup.storage.redis.overlay import LOG_BYTES, LOG_KEEP, LOG_KEEP_MAX, WATCH_TRIES, log_keep
 from rag_dedup.storage.redis.storage import OPTIMISTIC_ATTEMPTS
 from tests.corpus import chunks, edited
 
@@ -505,3 +506,99 @@ def test_a_commit_in_the_middle_that_wrote_nothing_the_batch_read_is_checked_onc
     assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
     assert entries_checked == [1, 1]  # the other commit: at the next read, and at the commit
     assert state(index) == reference(BASE + [unrelated(0)] + BATCH)
+
+
+def test_a_batch_behind_more_small_commits_than_log_keep_is_still_checked_and_commits(redis_url, namespace):
+    """Beside a worker that adds one text at a time (a commit each), a batch is many commits behind at
+    its commit. Each small commit trims the commit log to more entries than LOG_KEEP (log_keep), so the
+    batch can still be checked against them all: 3 * LOG_KEEP unrelated one-text commits land between
+    its reads and its commit, and it commits at its first attempt (with LOG_KEEP entries kept it could
+    not be checked: the gap made it run again, then under the lock)."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    singles = [unrelated(100 + n) for n in range(3 * LOG_KEEP)]
+
+    def others_add(n: int) -> None:
+        if n == 0:
+            for item in singles:
+                other.add(item["key"], item["text"])
+
+    before_each_commit(index, others_add)
+    index.add_many(BATCH)
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert state(index) == reference([*BASE, *singles, *BATCH])
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.llen(f"{namespace}:commit-log".encode()) > LOG_KEEP
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("entry", [1, 100, 8 * 1024, LOG_BYTES, 10 * LOG_BYTES])
+def test_the_commit_log_keeps_more_small_entries_within_its_bounds(entry):
+    keep = log_keep(entry)
+    assert LOG_KEEP <= keep <= LOG_KEEP_MAX
+    assert keep == LOG_KEEP or keep * entry <= LOG_BYTES
+
+
+def test_a_commit_that_keeps_losing_the_race_to_exec_commits_under_the_lock(redis_url, namespace, monkeypatch):
+    """Failure injection: another worker's commit lands between the batch's check and its EXEC at every
+    try (as one add() after another does beside a large batch, whose EXEC takes milliseconds to send).
+    Nothing the batch read was written, so it is not run again: it commits under the lock, at once,
+    with the one-process answer; and the other worker's commits are all kept."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    overlay = index.storage._overlay  # type: ignore[attr-defined]
+    original = overlay._queue_writes
+    landed: list[dict[str, Any]] = []
+
+    def queue_after_another_commit(pipe: Any, batch: Any, number: int) -> Any:
+        if batch.token is None:  # the optimistic EXEC (not the one under the lock): the other commits first
+            landed.append(unrelated(200 + len(landed)))
+            other.add(landed[-1]["key"], landed[-1]["text"])
+        return original(pipe, batch, number)
+
+    monkeypatch.setattr(overlay, "_queue_writes", queue_after_another_commit)
+    index.add_many(BATCH)
+    assert len(landed) == WATCH_TRIES
+    assert (index.storage.conflicts, index.storage.fallbacks) == (0, 0)
+    assert state(index) == reference([*BASE, *landed, *BATCH])
+
+
+def test_add_on_a_shared_store_commits_optimistically_without_the_lock(redis_url, namespace, monkeypatch):
+    """add() on Redis is a batch of one: no lock taken when nothing is in its way (the lock costs a
+    round trip and a renewal thread), and the same Match and state as in memory."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    storage = index.storage
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the lock was taken")
+
+    monkeypatch.setattr(storage._lock, "acquire", refuse)
+    memory = DedupIndex()
+    memory.add_many(BASE)
+    for item in [*BATCH[:20], copy_of_target("exact", 0), copy_of_target("near", 1), BATCH[3]]:
+        assert index.add(item["key"], item["text"]) == memory.add(item["key"], item["text"])
+    assert (storage.conflicts, storage.fallbacks) == (0, 0)
+    assert state(index) == state(memory)
+
+
+def test_add_run_again_after_a_conflict_returns_the_match_as_of_its_commit(redis_url, namespace):
+    """add() refused by another worker's near-duplicate of its text, committed between its reads and
+    its commit: it runs again and returns the Match (cluster, representative, displaced) that the
+    serial in-memory order gives."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    near = copy_of_target("near", 7)
+    before_each_commit(index, lambda n: other.add(near["key"], near["text"]) if n == 0 else None)
+    got = index.add(TARGET["key"], TARGET["text"])
+    memory = DedupIndex()
+    memory.add_many([*BASE, near])
+    assert got == memory.add(TARGET["key"], TARGET["text"])
+    assert got.cluster_id == memory.match(near["key"]).cluster_id
+    assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    assert state(index) == state(memory)

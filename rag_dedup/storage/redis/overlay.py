@@ -56,22 +56,40 @@ __all__ = ["Batch", "Overlay", "Refused", "write_prints"]
 #: Fields or commands per request part: keeps each command's argument list and reply moderate.
 CHUNK = 4096
 SCAN_COUNT = 1000
-#: Commits whose write sets ``ns:commit-log`` keeps. A batch that started more commits ago than this
-#: cannot be checked and runs again. Two or three workers are a commit or two behind at their commit;
-#: an entry is ~8 bytes a write (~220 KB for a batch of 1,024 new chunks), so the log stays ~2 MB.
+#: Commits whose write sets ``ns:commit-log`` keeps at least. A batch that started more commits ago
+#: than the log holds cannot be checked and runs again. Two or three workers adding batches are a
+#: commit or two behind at their commit; an entry is ~8 bytes a write (~220 KB for a batch of 1,024
+#: new chunks), so such a log stays ~2 MB.
 LOG_KEEP = 8
+#: A commit trims the log to its last ``log_keep(len(entry))`` entries: more than LOG_KEEP, up to
+#: LOG_KEEP_MAX, when its own entry is small (~100 bytes for one ``add()``), so that a batch beside a
+#: worker adding one text at a time (a commit each, dozens during one batch) can still be checked.
+#: The log's k-th oldest entry, for k > LOG_KEEP, kept the k - 1 before it when it trimmed the log, so
+#: it is at most LOG_BYTES / k bytes: those entries add up to at most LOG_BYTES * ln(LOG_KEEP_MAX /
+#: LOG_KEEP) (~1.3 MB) beside the LOG_KEEP oldest (as large as batches make them, as before).
+LOG_KEEP_MAX = 1024
+LOG_BYTES = 1 << 18
 #: Band-log entries a COMMITS_SINCE call returns at most (an entry is a commit's bucket changes, ~250 KB
 #: for a batch of 1,024 new chunks): a worker that joins a large namespace reads its log in parts.
 BAND_ENTRIES_MAX = 64
-#: Times an optimistic commit is tried again when another commit lands between its check and its
-#: EXEC (each try checks only the new commits), before the batch counts as conflicting.
-WATCH_TRIES = 8
+#: Times an optimistic commit is tried when another commit lands between its check and its EXEC
+#: (each try checks only the new commits), before it reports ``"contended"``: beside a worker that
+#: commits often (one ``add()`` after another), a large batch, whose EXEC takes milliseconds to send,
+#: may lose that race every time; it then commits under the lock instead (RedisStorage._commit_when_free).
+WATCH_TRIES = 1
 
 
 class Refused(Exception):
     """Raised by a read inside an optimistic batch that found another commit wrote what the batch had
     read: the attempt stops there (its values no longer fit together), to be run again
     (:meth:`RedisStorage.run_batch <rag_dedup.storage.redis.storage.RedisStorage.run_batch>` catches it)."""
+
+
+def log_keep(entry_bytes: int) -> int:
+    """How many entries the commit log keeps after a commit whose own entry is ``entry_bytes`` long:
+    ``LOG_BYTES // entry_bytes``, at least LOG_KEEP and at most LOG_KEEP_MAX (see there for the bound
+    on the log's size this gives)."""
+    return max(LOG_KEEP, min(LOG_KEEP_MAX, LOG_BYTES // max(1, entry_bytes)))
 
 
 def _prints(names: Sequence[bytes]) -> np.ndarray:
@@ -598,8 +616,9 @@ class Overlay:
                 band_at = len(pipe)
                 pipe.rpush(self.band_log_key, b"%d:" % number + entry(*arrays))
         if len(prints) and not batch.dropped:
-            pipe.rpush(self.log_key, np.sort(prints).astype(">u8").tobytes())  # sorted: it starts with 0 bytes
-            pipe.ltrim(self.log_key, -LOG_KEEP, -1)
+            logged = np.sort(prints).astype(">u8").tobytes()  # sorted: it starts with 0 bytes
+            pipe.rpush(self.log_key, logged)
+            pipe.ltrim(self.log_key, -log_keep(len(logged)), -1)
         return None if band_at is None else (band_at, arrays)
 
     def _mirror_own(self, queued: tuple[int, tuple[np.ndarray, ...]] | None, replies: list[Any], number: int) -> None:
@@ -761,7 +780,9 @@ class Overlay:
         Returns ``"committed"``; ``"conflict"`` when a commit since its start wrote something it read
         (the batch's read cache then holds only what is still valid, and ``batch.commits`` says from
         which commit on: run it again with :meth:`begin`); ``"locked"`` when a batch holds the lock
-        (wait, and commit again: the check will include that batch's writes).
+        (wait, and commit again: the check will include that batch's writes); ``"contended"`` when
+        nothing it read was written but other commits kept landing between its check and its EXEC,
+        WATCH_TRIES times (commit it under the lock: :meth:`validate`, then :meth:`commit`).
 
         Raises:
             NamespaceLost: The namespace lost its parameters since this object saw them.
@@ -802,7 +823,7 @@ class Overlay:
                         continue  # another commit (or the lock) came in between: check it
                     self._mirror_own(queued, replies, now + 1)
                     return "committed"
-                return "conflict"
+                return "contended"
         except CONNECTION_ERRORS as exc:
             raise self._commit_unavailable(exc, sent) from exc
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rag_dedup.errors import CorruptIndexError, NamespaceLost, RedisUnavailable
+from rag_dedup.storage.base import ItemRecord
 from rag_dedup.storage.bookkeeping import Bookkeeping, Table
 from rag_dedup.storage.redis import connection, keys
 from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
@@ -291,13 +292,38 @@ class RedisStorage(Bookkeeping):
             self._attempt.memo, self._attempt.reserved = {}, {}
 
     def _commit_when_free(self, batch: Batch) -> str:
-        """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock is held."""
+        """:meth:`Overlay.commit_optimistic`, waiting (as for the lock, up to ``lock_wait``) while the lock
+        is held, and under the lock when other commits keep landing between its check and its EXEC.
+
+        Returns ``"committed"`` or ``"conflict"`` (see there)."""
         wait = self._lock.waiter()
         while True:
             outcome = self._overlay.commit_optimistic(batch)
+            if outcome == "contended":
+                return self._commit_under_lock(batch)
             if outcome != "locked":
                 return outcome
             wait()
+
+    def _commit_under_lock(self, batch: Batch) -> str:
+        """Commit the optimistic ``batch`` holding the lock for its commit only (its computation is done):
+        nobody else commits meanwhile, so a check of what it read against the commits since its start
+        (:meth:`Overlay.validate`) stays true until its EXEC. Returns ``"committed"``, or
+        ``"conflict"`` when the check finds a commit that wrote something it read (run it again)."""
+        overlay = self._overlay
+        hold, _ = self._lock.acquire()
+        committed = False
+        try:
+            if not overlay.validate(batch):
+                return "conflict"
+            batch.token = hold.token
+            overlay.commit(batch, self._lock.lost_message)
+            committed = True
+            return "committed"
+        finally:
+            hold.end()
+            if not committed:
+                self._lock.release(hold.token)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -424,6 +450,18 @@ class RedisStorage(Bookkeeping):
         field, _, decode = CODECS[table]
         fields = [field(k) for k in wanted]
         return self._decoded(key, fields, self._overlay.hmget(key, fields), decode)
+
+    def add_new_item(
+        self, key: str, record: ItemRecord, digest: bytes, shingles: np.ndarray, band_keys: np.ndarray
+    ) -> tuple[ItemRecord, set[int]] | None:
+        """As :meth:`Storage.add_new_item <rag_dedup.storage.base.Storage.add_new_item>`, with the digest's
+        group and the key's record read in one round trip (the batch's cache then answers both reads)."""
+        with self.lock():
+            wanted = {self.keys.hashes[table]: [CODECS[table][0](k)] for table, k in ((Table.DIGESTS, digest), (Table.ITEMS, key))}
+            unread = {k: fields for k, fields in ((k, self._overlay.unseen(k, fs)) for k, fs in wanted.items()) if fields}
+            if unread:
+                self._overlay.fetch(hashes=unread)
+            return super().add_new_item(key, record, digest, shingles, band_keys)
 
     def _put(self, table: Table, values: Mapping[Any, Any]) -> None:
         if table is Table.COMPONENTS:
