@@ -644,7 +644,9 @@ class DedupIndex:
         band_keys = self._band_keys(sets)
 
         # The storage phase, one batch (see _in_one_batch): it starts from the same items and digests each time.
-        def store(previous_here: dict[str, str] | None, items: Sequence[_Item] = items, digests: list[bytes | None] = digests) -> None:
+        def store(
+            previous_here: dict[str, str] | None, items: Sequence[_Item] = items, digests: list[bytes | None] = digests
+        ) -> None:
             gid_of = dict(zip(unique, storage.find_groups(unique)))
             # Re-adding a key is a no-op when nothing about it changed (a retried batch), else an error;
             # checked before anything is written.

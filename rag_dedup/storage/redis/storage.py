@@ -457,7 +457,9 @@ class RedisStorage(Bookkeeping):
         """As :meth:`Storage.add_new_item <rag_dedup.storage.base.Storage.add_new_item>`, with the digest's
         group and the key's record read in one round trip (the batch's cache then answers both reads)."""
         with self.lock():
-            wanted = {self.keys.hashes[table]: [CODECS[table][0](k)] for table, k in ((Table.DIGESTS, digest), (Table.ITEMS, key))}
+            wanted = {
+                self.keys.hashes[table]: [CODECS[table][0](k)] for table, k in ((Table.DIGESTS, digest), (Table.ITEMS, key))
+            }
             unread = {k: fields for k, fields in ((k, self._overlay.unseen(k, fs)) for k, fs in wanted.items()) if fields}
             if unread:
                 self._overlay.fetch(hashes=unread)
