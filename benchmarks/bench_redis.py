@@ -35,7 +35,10 @@ share of it is the serial part: one redis-server thread serves both workers, and
 worker's script the other waits for its reply, so the less of it a chunk costs, the closer two workers
 come to twice one. "Conflicts" are
 optimistic attempts refused because another commit wrote what they read, and run again; "fallbacks"
-the batches that then ran under the lock (a tree without optimistic batches shows 0).
+the batches that then ran under the lock (a tree without optimistic batches shows 0). "Refused before
+their commit" are the conflicts found at a read (the attempt stopped there), the others at the commit;
+"the refused attempts' CPU" is the workers' CPU in attempts that were refused (``RedisStorage.refused_cpu``),
+the work conflicts throw away (a tree that does not count them shows 0).
 
 With several ``--rounds`` the table's times are each the least of the rounds, so its ratio may pair one
 round's two-process time with another round's one-process time. The rows after it take each round's
@@ -205,17 +208,20 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
             getattr(storage, "fallbacks", 0),
             cpu,
             wire(storage),
+            getattr(storage, "refused_cpu", 0.0),
+            getattr(storage, "refused_before_commit", 0),
         )
     )
 
 
 def run_workers(
     url: str, namespace: str, items: list[tuple[str, str]], n: int, options: dict[str, str] | None = None
-) -> tuple[float, int, float, int, int, float, Any, list[str], list[tuple[float, float]], float]:
+) -> tuple[float, int, float, int, int, float, Any, list[str], list[tuple[float, float]], float, float, int]:
     """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace; the sums of
     their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's); the index;
     each worker's ``wire``; each worker's end (seconds after the start) and CPU, in the order they
-    ended; the server's CPU. ``options``: as for ``open_index``."""
+    ended; the server's CPU; the sums of the CPU the refused attempts took and of the attempts refused
+    before their commit (0 for a tree that does not count them). ``options``: as for ``open_index``."""
     import redis
 
     index = open_index(url, namespace, options or {})
@@ -242,7 +248,21 @@ def run_workers(
     sums = [sum(r[i] for r in reports) for i in range(1, 6)]
     wires = sorted(r[6] for r in reports)
     ends = sorted((r[0] - t0, r[5]) for r in reports)
-    return max(r[0] for r in reports) - t0, sums[0], sums[1], sums[2], sums[3], sums[4] + server, index, wires, ends, server
+    refused_cpu, early = sum(r[7] for r in reports), sum(r[8] for r in reports)
+    return (
+        max(r[0] for r in reports) - t0,
+        sums[0],
+        sums[1],
+        sums[2],
+        sums[3],
+        sums[4] + server,
+        index,
+        wires,
+        ends,
+        server,
+        refused_cpu,
+        early,
+    )
 
 
 def server_cpu(client: Any) -> float:
@@ -311,7 +331,7 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
     wire_one = wire(one.storage)
     one.drop()
 
-    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two, ends_two, server_two = run_workers(
+    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two, ends_two, server_two, refused_cpu, early = run_workers(
         url, f"bench-redis-{tag}-2", items, 2, options
     )
     same_two = partition(two, keys) == expected
@@ -326,6 +346,8 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
         "waited": waited,
         "conflicts": conflicts,
         "fallbacks": fallbacks,
+        "refused_cpu": refused_cpu,
+        "refused_early": early,
         "cpu_two": cpu_two,
         "server_two": server_two,
         "ends_two": ends_two,
@@ -383,7 +405,10 @@ def round_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     The ratio splits into ``busy_two / busy_one / cpu_ratio``: cores kept busy (CPU of the workers and
     the server over the wall time) with two processes and with one, and what a chunk costs in CPU with
     two over one. ``tail``: the time between the two workers' ends, a share of the wall (one worker
-    alone then); ``imbalance``: the gap between their CPU, a share of the larger.
+    alone then); ``imbalance``: the gap between their CPU, a share of the larger; ``refused``: the CPU
+    the workers spent in attempts that were refused, a share of the 2-process CPU (workers and server);
+    ``cpu_ratio_kept``: ``cpu_ratio`` without it (the committed attempts' CPU and the server's, over the
+    one-process CPU: what two workers cost a chunk beside the work that conflicts throw away).
     """
 
     def figures(r: dict[str, Any]) -> dict[str, float]:
@@ -395,6 +420,8 @@ def round_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_ratio": r["cpu_two"] / (r["cpu_one"] + r["server_one"]),
             "tail": (end_b - end_a) / r["t_two"],
             "imbalance": abs(cpu_a - cpu_b) / max(cpu_a, cpu_b),
+            "refused": r["refused_cpu"] / r["cpu_two"],
+            "cpu_ratio_kept": (r["cpu_two"] - r["refused_cpu"]) / (r["cpu_one"] + r["server_one"]),
         }
 
     each = [figures(r) for r in runs]
@@ -571,6 +598,7 @@ def main() -> None:
         ("write lock held, 1 process (share of its time)", base["held"] / base["t_one"], this["held"] / this["t_one"], "{:.0%}"),
         ("lock waits of the 2 workers (s)", base["waited"], this["waited"], "{:.2f}"),
         ("optimistic attempts run again, 2 processes (conflicts)", base["conflicts"], this["conflicts"], "{:,.0f}"),
+        ("  of them refused before their commit (at a read)", base["refused_early"], this["refused_early"], "{:,.0f}"),
         ("batches that fell back to the lock, 2 processes", base["fallbacks"], this["fallbacks"], "{:,.0f}"),
         ("round trips per chunk, 1 process", base["rt_one"] / n, this["rt_one"] / n, "{:.4f}"),
         ("round trips per chunk, 2 processes", base["rt_two"] / n, this["rt_two"] / n, "{:.4f}"),
@@ -582,6 +610,8 @@ def main() -> None:
         ("  = cores busy, 2 processes (their CPU + server's / wall)", mb["busy_two"], mt["busy_two"], "{:.2f}"),
         ("  / cores busy, 1 process", mb["busy_one"], mt["busy_one"], "{:.2f}"),
         ("  / (CPU per chunk, 2 processes / 1 process)", mb["cpu_ratio"], mt["cpu_ratio"], "{:.3f}"),
+        ("  the refused attempts' CPU, share of the 2-process CPU", mb["refused"], mt["refused"], "{:.1%}"),
+        ("  CPU per chunk, 2 / 1, without the refused attempts", mb["cpu_ratio_kept"], mt["cpu_ratio_kept"], "{:.3f}"),
         ("the workers' ends apart, share of the 2-process wall", mb["tail"], mt["tail"], "{:.1%}"),
         ("the workers' CPU apart, share of the larger", mb["imbalance"], mt["imbalance"], "{:.1%}"),
     ]

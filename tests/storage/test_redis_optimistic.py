@@ -123,6 +123,55 @@ def test_a_conflicting_commit_between_read_and_commit_makes_the_batch_run_again(
     assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
 
 
+def test_an_attempt_refused_at_its_commit_is_counted_with_the_cpu_it_took(redis_url, namespace):
+    """The counters that say what conflicts cost (``bench_redis.py`` prints them): an attempt refused by
+    its commit's check counts as a conflict, not one refused before its commit, and its CPU is counted."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    storage = index.storage
+    assert isinstance(storage, RedisStorage)
+    assert (storage.refused_before_commit, storage.refused_cpu) == (0, 0.0)
+    before_each_commit(index, lambda n: other.add_many([copy_of_target("exact", n)]) if n == 0 else None)
+    index.add_many(BATCH)
+    assert (storage.conflicts, storage.refused_before_commit) == (1, 0)
+    assert storage.refused_cpu > 0.0
+    assert state(index) == reference([*BASE, copy_of_target("exact", 0), *BATCH])
+
+
+def test_an_attempt_refused_at_a_read_stops_there_and_is_counted_as_such(redis_url, namespace, monkeypatch):
+    """A read that finds a newer commit checks the attempt at once: when that commit wrote what the
+    attempt read (here an exact copy of one of its texts, committed between the attempt's first read
+    and its next), the attempt is refused at that read, before its commit, and run again."""
+    index = DedupIndex(storage=redis_url, namespace=namespace)
+    other = DedupIndex(storage=redis_url, namespace=namespace)
+    index.add_many(BASE)
+    storage = index.storage
+    assert isinstance(storage, RedisStorage)
+    commits: list[int] = []
+    original = storage._overlay.commit_optimistic  # type: ignore[attr-defined]
+    get_items = storage.get_items
+    reads: list[int] = []
+
+    def counted(batch: Any) -> str:
+        commits.append(1)
+        return original(batch)
+
+    def other_first(keys: Any) -> Any:
+        reads.append(1)
+        if len(reads) == 1:  # the first attempt's read of its keys' records, after it read its digests
+            other.add_many([copy_of_target("exact", 0)])
+        return get_items(keys)
+
+    storage._overlay.commit_optimistic = counted  # type: ignore[attr-defined]
+    monkeypatch.setattr(storage, "get_items", other_first)
+    index.add_many(BATCH)
+    assert (storage.conflicts, storage.refused_before_commit, storage.fallbacks) == (1, 1, 0)
+    assert len(commits) == 1  # the refused attempt never reached its commit
+    assert storage.refused_cpu > 0.0
+    assert state(index) == reference([*BASE, copy_of_target("exact", 0), *BATCH])
+
+
 def test_a_commit_that_wrote_nothing_the_batch_read_does_not_make_it_run_again(redis_url, namespace):
     index = DedupIndex(storage=redis_url, namespace=namespace)
     other = DedupIndex(storage=redis_url, namespace=namespace)

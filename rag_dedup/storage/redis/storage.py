@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -149,6 +150,13 @@ class RedisStorage(Bookkeeping):
         )
         #: Optimistic attempts refused because another commit wrote what they read (each was run again).
         self.conflicts = 0
+        #: Of :attr:`conflicts`, the attempts refused before their commit: at a read that found newer
+        #: commits and checked the attempt against them at once (:class:`Refused`), or at an error
+        #: that a check then put down to other commits. The others were refused by their commit's check.
+        self.refused_before_commit = 0
+        #: This process's CPU seconds (``time.process_time``) spent in the attempts refused: the work
+        #: that conflicts cost, beside what the committed attempts cost.
+        self.refused_cpu = 0.0
         #: Batches that ran under the lock after OPTIMISTIC_ATTEMPTS refused attempts.
         self.fallbacks = 0
         # What the attempts of this thread's run_batch share: attempt_memo, and the group ids handed out
@@ -258,18 +266,21 @@ class RedisStorage(Bookkeeping):
             batch = overlay.begin(carried)
             self._after_gap(carried)
             overlay.batch = batch
+            started = time.process_time()
             try:
                 try:
                     body()
                 except (RedisUnavailable, NamespaceLost):
                     raise
                 except Refused:  # a read found the attempt refused (Overlay.fetch): run it again now
+                    self.refused_before_commit += 1
                     outcome = "conflict"
                 except Exception:
                     # Read across other commits, the values may not fit together (a component named
                     # but gone): an error counts only if nothing it read has changed.
                     if overlay.validate(batch):
                         raise
+                    self.refused_before_commit += 1
                     outcome = "conflict"
                 else:
                     outcome = self._commit_when_free(batch)
@@ -278,6 +289,7 @@ class RedisStorage(Bookkeeping):
             if outcome == "committed":
                 return
             self.conflicts += 1
+            self.refused_cpu += time.process_time() - started
             carried = batch
         self.fallbacks += 1
         with self._locked(carried):
