@@ -62,9 +62,10 @@ def texts(mix: str, many: int, one: int) -> tuple[list[tuple[str, str]], list[tu
 def worker(url: str, namespace: str, items: list[tuple[str, str]], one_at_a_time: bool, ready: Any, start: Any, results: Any) -> None:
     """Warm up (the compiled kernels), signal, wait for the start, add, report."""
     from rag_dedup import DedupIndex
+    from realtext import warm_up
 
     index = DedupIndex(storage=url, namespace=namespace)
-    DedupIndex().add_many(items[:200])
+    warm_up(DedupIndex, items)
     ready.set()
     start.wait()
     storage = index.storage

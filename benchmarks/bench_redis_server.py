@@ -41,11 +41,11 @@ def profile(url: str, chunks: int, slow_log: bool = True) -> dict[str, Any]:
     from rag_dedup import DedupIndex
 
     sys.path.insert(0, str(HERE))
-    from realtext import planted_chunks
+    from realtext import planted_chunks, warm_up
 
     items, _, _ = planted_chunks(chunks)
     random.Random(1).shuffle(items)
-    DedupIndex().add_many(items[:200])  # the kernels, loaded before anything is measured
+    warm_up(DedupIndex, items)  # the kernels, loaded before anything is measured
     client = redis.Redis.from_url(url, socket_timeout=None)
     index = DedupIndex(storage=url, namespace="bench-redis-server")
     index.drop()

@@ -31,9 +31,32 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 _DOC_NAMES = ("copyright", "README", "NEWS", "changelog", "AUTHORS", "TODO", "FAQ")
+
+
+#: Chunks :func:`warm_up` adds: enough that every kernel of ``add_many`` runs before a timing. With 200,
+#: ``batch.merge_entries`` and ``index.intersection_matrix`` first ran (and, in a fresh tree, compiled)
+#: inside the timed run: with ``--rounds 1``, bench_redis.py's first in-memory run of a freshly exported
+#: baseline took 2.15x the time of the same code warmed. WARM_ONES more go in one ``add()`` at a time:
+#: with one, ``index.shared_count`` and ``index._merge_count`` (an ``add()`` that finds a near-duplicate)
+#: still first ran in a timed run.
+WARM_CHUNKS = 2000
+WARM_ONES = 100
+
+
+def warm_up(index_type: Any, items: list[tuple[str, str]]) -> None:
+    """Load (or compile) the compiled kernels before anything is timed, untimed: ``add_many`` of the first
+    :data:`WARM_CHUNKS` of ``items`` (planted chunks: near-duplicates and exact copies among them, so
+    that verification and reclustering run too), then ``add`` of the next :data:`WARM_ONES` one at a
+    time, into a private in-memory index of ``index_type`` (the ``DedupIndex`` of the tree being
+    measured), thrown away after. With fewer items than that, those there (and fewer kernels warmed)."""
+    index = index_type()
+    index.add_many(items[:WARM_CHUNKS])
+    for key, text in items[WARM_CHUNKS : WARM_CHUNKS + WARM_ONES]:
+        index.add(key, text)
 
 
 def source_files() -> Iterator[Path]:
