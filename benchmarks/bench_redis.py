@@ -212,18 +212,20 @@ def worker(index: Any, items: list[tuple[str, str]], ready: Any, start: Any, res
             wire(storage),
             getattr(storage, "refused_cpu", 0.0),
             getattr(storage, "refused_before_commit", 0),
+            getattr(storage, "refusal_hits", None),
         )
     )
 
 
 def run_workers(
     url: str, namespace: str, items: list[tuple[str, str]], n: int, options: dict[str, str] | None = None
-) -> tuple[float, int, float, int, int, float, Any, list[str], list[tuple[float, float]], float, float, int]:
+) -> tuple[float, int, float, int, int, float, Any, list[str], list[tuple[float, float]], float, float, int, dict[str, int] | None]:
     """Time ``n`` spawned processes adding interleaved parts of ``items`` into one namespace; the sums of
     their round trips, lock waits, conflicts, fallbacks, and CPU (theirs and the server's); the index;
     each worker's ``wire``; each worker's end (seconds after the start) and CPU, in the order they
     ended; the server's CPU; the sums of the CPU the refused attempts took and of the attempts refused
-    before their commit (0 for a tree that does not count them). ``options``: as for ``open_index``."""
+    before their commit (0 for a tree that does not count them), and the sums of their refusal_hits (what the
+    refusing checks found written: None for a tree without them). ``options``: as for ``open_index``."""
     import redis
 
     index = open_index(url, namespace, options or {})
@@ -251,6 +253,10 @@ def run_workers(
     wires = sorted(r[6] for r in reports)
     ends = sorted((r[0] - t0, r[5]) for r in reports)
     refused_cpu, early = sum(r[7] for r in reports), sum(r[8] for r in reports)
+    hits: dict[str, int] | None = None if any(r[9] is None for r in reports) else {}
+    for r in reports if hits is not None else []:
+        for kind, count in r[9].items():
+            hits[kind] = hits.get(kind, 0) + count
     return (
         max(r[0] for r in reports) - t0,
         sums[0],
@@ -264,6 +270,7 @@ def run_workers(
         server,
         refused_cpu,
         early,
+        None if hits is None else dict(sorted(hits.items())),
     )
 
 
@@ -333,7 +340,7 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
     wire_one = wire(one.storage)
     one.drop()
 
-    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two, ends_two, server_two, refused_cpu, early = run_workers(
+    t_two, rt_two, waited, conflicts, fallbacks, cpu_two, two, wire_two, ends_two, server_two, refused_cpu, early, hits = run_workers(
         url, f"bench-redis-{tag}-2", items, 2, options
     )
     same_two = partition(two, keys) == expected
@@ -350,6 +357,7 @@ def measure(url: str, chunks: int, tag: str, parser: str = "hiredis") -> dict[st
         "fallbacks": fallbacks,
         "refused_cpu": refused_cpu,
         "refused_early": early,
+        "refusal_hits": hits,
         "cpu_two": cpu_two,
         "server_two": server_two,
         "ends_two": ends_two,
@@ -626,6 +634,14 @@ def main() -> None:
         + "; this tree "
         + ", ".join(f"{x:.2f}x" for x in mt["ratios"])
     )
+    for label, i in (("baseline", 0), ("this tree", 1)):
+        found = [r[i].get("refusal_hits") for r in rounds]
+        if all(f is not None for f in found):  # a tree without RedisStorage.refusal_hits reports none
+            print(
+                f"what the 2 processes' refusing checks found another commit had written, {label}, each round "
+                "(checks that found it; one check may find several kinds): "
+                + "; ".join(", ".join(f"{kind} {n}" for kind, n in f.items()) or "none" for f in found)
+            )
     print(
         f"load average: {load:.2f} (1 min) before the runs, {load_after:.2f} (5 min) after; on {os.cpu_count()} cores, "
         "cores busy below 1 with a load above the core count means the one-process run waited for a core: "

@@ -121,6 +121,11 @@ def test_a_conflicting_commit_between_read_and_commit_makes_the_batch_run_again(
     assert expected["matches"][copies[0]["key"]].cluster_id == expected["matches"][TARGET["key"]].cluster_id
     assert state(index) == expected
     assert (index.storage.conflicts, index.storage.fallbacks) == (1, 0)
+    # What refused it is named: the copy's digest, or the buckets it shares with its original.
+    hits = index.storage.refusal_hits
+    assert hits.get("digests", 0) == (1 if kind == "exact" else 0)
+    assert hits.get("bands", 0) == 1
+    assert "unchecked" not in hits
 
 
 def test_an_attempt_refused_at_its_commit_is_counted_with_the_cpu_it_took(redis_url, namespace):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,6 +281,9 @@ class Overlay:
         self.known = False
         #: Round trips made by reads and commits.
         self.round_trips = 0
+        #: Of the checks that refused a batch, how many found each kind of thing it read written by
+        #: another commit (see :meth:`_count_hits`).
+        self.refusal_hits: Counter[str] = Counter()
         self._local = threading.local()
 
     # --- the batch of this thread --------------------------------------------------------------
@@ -745,6 +749,7 @@ class Overlay:
             batch.gap = batch.gap or not covered
             for table in (batch.seen_hashes, batch.seen_sets, batch.seen_strings):
                 table.clear()
+            self.refusal_hits["unchecked"] += 1
             return True
         written = np.sort(np.concatenate([np.frombuffer(e, dtype=">u8") for e in entries]).astype(np.uint64))
         kept = batch.read_prints
@@ -754,6 +759,12 @@ class Overlay:
         band_hits = _among(np.concatenate(batch.read_bands) if batch.read_bands else np.empty(0, dtype=np.uint64), written)
         if not (hash_hits.any() or set_hits.any() or string_hits.any() or band_hits.any()):
             return False
+        hash_keys = [key for key, fields in batch.seen_hashes.items() for _ in fields]
+        self._count_hits(
+            [hash_keys[i] for i in np.flatnonzero(hash_hits).tolist()]
+            + [k for table, hits in ((batch.seen_sets, set_hits), (batch.seen_strings, string_hits)) for k, hit in zip(table, hits.tolist()) if hit],
+            band_hits.any(),
+        )
         if hash_hits.any():
             pairs = [(key, f) for key, fields in batch.seen_hashes.items() for f in fields]
             for i in np.flatnonzero(hash_hits).tolist():
@@ -764,6 +775,17 @@ class Overlay:
             for i in np.flatnonzero(hits).tolist():
                 del table[names[i]]
         return True
+
+    def _count_hits(self, keys: Sequence[bytes], bands: bool) -> None:
+        """Count one refusing check in :attr:`refusal_hits`: once for each kind of key among ``keys`` (the
+        keys it read that the other commits wrote; a key's kind is its name after the namespace prefix
+        and before any ``:``, e.g. ``digests``, ``component-of``, ``group-items``), and once under
+        ``bands`` when they changed buckets it looked up. (A check that could not compare write sets
+        counts under ``unchecked``.)"""
+        kinds = {key[len(self.prefix) :].split(b":", 1)[0].decode("utf-8", "replace") for key in keys}
+        if bands:
+            kinds.add("bands")
+        self.refusal_hits.update(kinds)
 
     def validate(self, batch: Batch) -> bool:
         """Whether what the optimistic ``batch`` read is still what Redis holds (one round trip); when it

@@ -174,6 +174,17 @@ class RedisStorage(Bookkeeping):
         return self._connect_round_trips + self._overlay.round_trips + self._lock.round_trips
 
     @property
+    def refusal_hits(self) -> dict[str, int]:
+        """What the refused optimistic attempts of this process had read that another commit wrote, by
+        kind of key: the number of refusing checks that found each (a check counts once under each kind
+        it found, so the counts add up to at least :attr:`conflicts`). The kinds are the key names of
+        :class:`~rag_dedup.storage.redis.keys.Keys` after the prefix: ``digests`` (an exact copy in both
+        batches), ``component-of``, ``cluster-of``, ``clusters``, ``component``, ``group-items`` (a
+        component both batches changed), ``items``, ``source``; and ``bands`` (buckets both looked up or
+        filed: near-duplicates) and ``unchecked`` (the commit log no longer held the commits to compare)."""
+        return dict(sorted(self._overlay.refusal_hits.items()))
+
+    @property
     def renewals(self) -> int:
         """Lock renewals sent while this object's batches worked."""
         return self._lock.renewals
