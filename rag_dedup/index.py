@@ -66,6 +66,7 @@ from rag_dedup._gc import gc_paused
 from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
 from rag_dedup.compiled.index import jaccard_of, pair_jaccard
 from rag_dedup.errors import CorruptIndexError, IndexMismatchError
+from rag_dedup.finite import is_finite_number
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
 from rag_dedup.policy import Member, Policy, default_rank, longest_then_authority
@@ -562,11 +563,11 @@ class DedupIndex:
             One :class:`Match` per item after the step, and how many items were added or replaced.
 
         Raises:
-            TypeError, ValueError: As :meth:`add_many`, naming the item.
+            TypeError, ValueError: As :meth:`add_many`, naming the item; ``remove`` is a str (one key: pass ``[key]``).
             KeyError: A key of ``remove`` is not in the index.
         """
         parsed = _parse_many(items)
-        gone = list(dict.fromkeys(remove))
+        gone = list(dict.fromkeys(_key_list(remove, "remove")))
         for key in gone:
             _check_key(key, "remove key")
         storage = self.storage
@@ -1321,7 +1322,7 @@ class DedupIndex:
 
         A key that is not a ``str`` is not in the index (as for ``key in index``).
         """
-        keys = list(keys)
+        keys = _key_list(keys, "keys")
         found = [False] * len(keys)
         asked = [i for i, k in enumerate(keys) if isinstance(k, str)]
         if asked:
@@ -1335,8 +1336,9 @@ class DedupIndex:
 
         Raises:
             KeyError: A key is not in the index.
+            TypeError: ``keys`` is a str (one key: pass ``[key]``, or use :meth:`match`).
         """
-        return self._matches(keys)
+        return self._matches(_key_list(keys, "keys"))
 
     def _matches(
         self, keys: Sequence[str], previous: Mapping[str, str] | None = None, added: Collection[str] = ()
@@ -1700,6 +1702,16 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
     raise TypeError(f"storage must be None, a Redis URL or a Storage, got {type(storage).__name__}")
 
 
+def _key_list(keys: Iterable[str], name: str) -> list[str]:
+    """``keys`` as a list; a str (or bytes) is refused: iterated, it would be one key per character."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a list of keys, got a {type(keys).__name__} ({keys!r}), which would be read as one key "
+            f"per character; pass [{keys!r}]"
+        )
+    return list(keys)
+
+
 def _check_key(key: object, name: str) -> None:
     """A key is a non-empty str that is valid Unicode (see :mod:`rag_dedup.surrogates`)."""
     if type(key) is str and key and key.isascii():
@@ -1721,7 +1733,7 @@ def _parse_item(key: object, text: object, source: object, authority: object, fi
             raise TypeError(f"{where}source must be str or None, got {type(source).__name__} (key {key!r})")
         check_unicode(source, "%ssource (key %r)", where, key)
     if type(authority) is not float:
-        if isinstance(authority, bool) or not isinstance(authority, (int, float)) or not math.isfinite(authority):
+        if not is_finite_number(authority):
             raise TypeError(f"{where}authority must be a finite number, got {authority!r} (key {key!r})")
         authority = float(authority)
     elif not math.isfinite(authority):
@@ -1779,6 +1791,6 @@ def _timestamp(value: object, where: str, key: object) -> float | None:
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
         return value.timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if is_finite_number(value):
+        return float(value)  # type: ignore[arg-type]
     raise TypeError(f"{where}first_seen must be a timestamp, a datetime or None, got {value!r} (key {key!r})")

@@ -50,9 +50,11 @@ Example:
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from rag_dedup.index import DedupIndex, Match
 
@@ -108,6 +110,11 @@ class Ingestor(Generic[P]):
     What this ingestor passed and dropped in drop mode is kept in its ledger (and lost with it unless
     the caller saves it): a second ingestor over the same index knows nothing of it, so give one index
     one ingestor.
+
+    :meth:`run` and :meth:`remove` hold a lock of the index (one for every ingestor over it, in this
+    process) from the index's change to the ledger's: the adapters' async methods run them in executor
+    threads, and an in-memory index is not safe for two writers at once (``asyncio.gather`` of two
+    ingests would otherwise interleave them).
     """
 
     def __init__(self, index: DedupIndex, mode: Mode = "tag", *, ledger: Ledger[P] | None = None) -> None:
@@ -126,6 +133,10 @@ class Ingestor(Generic[P]):
             TypeError, ValueError: As :meth:`DedupIndex.add_many`, naming the item; a key given twice
                 with two texts. Nothing of the batch is passed on then.
         """
+        with _lock_of(self.index):
+            return self._run(items)
+
+    def _run(self, items: Sequence[tuple[str, str | None, str | None, P]]) -> Decision[P]:
         first: dict[str, int] = {}
         batch: list[dict[str, object]] = []
         for i, (key, text, source, _) in enumerate(items):
@@ -173,7 +184,10 @@ class Ingestor(Generic[P]):
         Keys not in the index are ignored; the others leave it in one
         :meth:`~rag_dedup.index.DedupIndex.update`.
         """
-        keys = list(keys)
+        with _lock_of(self.index):
+            return self._remove(list(keys))
+
+    def _remove(self, keys: list[str]) -> list[Verdict[P]]:
         present = list(dict.fromkeys(k for k, here in zip(keys, self.index.contains_many(keys)) if here))  # one lookup
         if present:
             self.index.update([], remove=present)
@@ -229,3 +243,17 @@ class Ingestor(Generic[P]):
             if key not in passing:
                 ledger.dropped[key] = payloads[key]
         return passing, promoted
+
+
+#: One lock per index (see :class:`Ingestor`), dropped with the index.
+_LOCKS: weakref.WeakKeyDictionary[DedupIndex, Any] = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_of(index: DedupIndex) -> Any:
+    """The index's lock (a ``threading.RLock``), made at its first use."""
+    with _LOCKS_LOCK:
+        lock = _LOCKS.get(index)
+        if lock is None:
+            lock = _LOCKS[index] = threading.RLock()
+        return lock

@@ -298,6 +298,13 @@ def test_members_of_a_non_cluster_id(built: DedupIndex, corpus_items) -> None:
         pytest.param(lambda i: i.remove(7), TypeError, "key must be str", id="remove-int"),
         pytest.param(lambda i: i.match("nope"), KeyError, "not in the index", id="match-unknown"),
         pytest.param(lambda i: i.query(None), TypeError, "text must be str", id="query-none"),
+        # An int beyond the float range: math.isfinite raised a bare OverflowError.
+        pytest.param(lambda i: i.add("k", "t", authority=10**400), TypeError, "authority must be a finite", id="authority-huge"),
+        pytest.param(lambda i: i.add("k", "t", first_seen=-(10**400)), TypeError, "first_seen", id="first-seen-huge"),
+        # A str where a list of keys belongs was read one key per character.
+        pytest.param(lambda i: i.update([], remove="ab"), TypeError, r"remove must be a list of keys.*\['ab'\]", id="remove-str"),
+        pytest.param(lambda i: i.contains_many("ab"), TypeError, "keys must be a list of keys", id="contains-str"),
+        pytest.param(lambda i: i.matches("ab"), TypeError, "keys must be a list of keys", id="matches-str"),
     ],
 )
 def test_bad_input_fails_clearly(call, error: type[Exception], message: str) -> None:
@@ -305,6 +312,15 @@ def test_bad_input_fails_clearly(call, error: type[Exception], message: str) -> 
     with pytest.raises(error, match=message):
         call(index)
     assert len(index) == 0
+
+
+def test_a_str_of_keys_to_remove_is_refused_before_anything_leaves() -> None:
+    """Regression: update(remove="ab") removed the keys "a" and "b" and kept "ab"."""
+    index = DedupIndex()
+    index.add_many([("a", "the first of three texts here"), ("b", "a second text with other words"), ("ab", "and a third one")])
+    with pytest.raises(TypeError, match="remove must be a list of keys"):
+        index.update([], remove="ab")
+    assert sorted(k for _, members in index.clusters() for k in members) == ["a", "ab", "b"]
 
 
 @pytest.mark.parametrize(

@@ -190,6 +190,8 @@ def _passage(doc: Document, source_key: str) -> Passage:
     start = meta.get("split_idx_start")
     has_span = isinstance(start, int) and not isinstance(start, bool) and text is not None
     cluster = meta.get(DEDUP_CLUSTER)
+    # Windows are merged by the document their offsets count in (source_id, which the splitters set),
+    # so with merge_overlaps that is also the source their folds cite.
     source = meta.get("source_id", meta.get(source_key))
     return Passage(
         doc.id,
@@ -253,7 +255,8 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         trust_clusters: Take cluster stamps as proof (faster; by default texts are checked too).
         merge_overlaps: Join kept windows of one source that overlap (uses ``split_idx_start``).
         storage, namespace, index_path: The index to ask for current clusters (see the module docstring).
-        source_key: The ``meta`` key naming a document's source (after ``source_id``).
+        source_key: The ``meta`` key naming the source that folds cite (else ``source_id``); with
+            ``merge_overlaps``, ``source_id`` comes first (the windows' offsets count in that document).
 
     Example:
         >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this"
@@ -320,7 +323,7 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
                 scores.append(score if type(score) is float and score - score == 0.0 else _score(doc))  # finite
                 cluster = meta.get(DEDUP_CLUSTER)
                 stamps.append(cluster if isinstance(cluster, str) else None)
-                source = meta.get("source_id", meta.get(self.source_key))
+                source = meta.get(self.source_key, meta.get("source_id"))  # as DocumentDeduplicator's
                 sources.append(source if isinstance(source, str) else None)
             kept = collapser.collapse_columns(keys, texts, scores, stamps, limit, sources)
         return {"documents": [_survivor(k, documents) for k in kept]}

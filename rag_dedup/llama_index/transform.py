@@ -66,7 +66,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import logging
-import math
 import os
 import sys
 import warnings
@@ -82,6 +81,7 @@ from pydantic import computed_field
 
 from rag_dedup._gc import gc_paused
 from rag_dedup.errors import SharedIndexRequired, TransformStateError
+from rag_dedup.finite import is_finite_number
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.ingest import Ingestor
 from rag_dedup.llama_index.metadata import dedup_text, ref_doc_id, source_of, stamp_node
@@ -206,6 +206,19 @@ class DedupTransform(TransformComponent):
         )
         self._index = index if index is not None else DedupIndex(threshold=self.threshold)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The index decides at its own threshold, fixed when it was built: a new threshold on the
+        # transform alone would be shown (to_dict, persist) but not applied.
+        if name == "threshold" and "_index" in (self.__pydantic_private__ or {}):
+            index = self._index
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or float(value) != index.threshold:
+                raise ValueError(
+                    f"threshold cannot be changed after the transform is built (its index decides at "
+                    f"{index.threshold}, got {value!r}); build a new DedupTransform(threshold=...) for an empty "
+                    "index, or DedupTransform(index=DedupIndex(threshold=...))"
+                )
+        super().__setattr__(name, value)
+
     @classmethod
     def class_name(cls) -> str:
         return "DedupTransform"
@@ -222,12 +235,22 @@ class DedupTransform(TransformComponent):
         A token renewed by every call that changes the index or the transform's records, kept by
         calls that change nothing; for a shared index, renewed by every call (other processes change
         it unseen). When the calling pipeline's docstore lost documents the transform indexed, their
-        ids are appended, so that the deletion is never served from the cache.
+        ids are appended, so that the deletion is never served from the cache; and when the pipeline
+        is computing the cache key of a call (``get_transformation_hash``, which hashes the nodes'
+        content and metadata but not their ids), a digest of the input's node and document ids, so that
+        the same text under other ids is never answered with nodes that are not the input's.
         """
+        token = self._state.token
         pending = self._pending_deletions(_calling_pipeline())
-        if not pending:
-            return self._state.token
-        return self._state.token + ":" + hashlib.sha256("\x1f".join(pending).encode()).hexdigest()[:16]
+        if pending:
+            token += ":" + hashlib.sha256("\x1f".join(pending).encode()).hexdigest()[:16]
+        hashed = _nodes_being_hashed()
+        if hashed is not None:
+            # The pipeline's cache key names the input by content only: the same text under another
+            # node id or document would replay this output, whose nodes are not the input's.
+            names = "\x1f".join(f"{n.node_id}\x1e{ref_doc_id(n) or ''}" for n in hashed)
+            token += "/" + hashlib.sha256(names.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return token
 
     @property
     def index(self) -> DedupIndex:
@@ -268,6 +291,11 @@ class DedupTransform(TransformComponent):
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Index and stamp the text nodes of ``nodes`` (in place); return what passes on.
 
+        The pipeline's own input nodes (``run(documents=...)`` or ``run(nodes=...)`` with nothing
+        before this transform) are stamped on copies, which are what passes on: the pipeline records
+        in its docstore the hash of its input after the run, and a node's hash covers its metadata, so
+        stamps on the input would make every unchanged document look changed at the next run.
+
         The nodes passed on keep their input order; dropped nodes promoted by this call follow them.
         A node id that appears more than once with the same text and document is one node: indexed
         once, every occurrence stamped alike (and passed on in tag mode; in drop mode the first only).
@@ -283,6 +311,9 @@ class DedupTransform(TransformComponent):
         """
         nodes = list(nodes)
         pipeline = _calling_pipeline()
+        inputs = _pipeline_inputs()
+        if inputs:
+            nodes = [_stampable_copy(n) if id(n) in inputs else n for n in nodes]
         texts = [dedup_text(n) for n in nodes]
         items, first = self._items(nodes, texts)
         batch_sources = {item["source"] for item in items}
@@ -567,6 +598,46 @@ def _calling_pipeline() -> IngestionPipeline | None:
     return None
 
 
+def _nodes_being_hashed() -> Sequence[BaseNode] | None:
+    """The nodes of the ``get_transformation_hash(nodes, transformation)`` call on the stack (the
+    pipeline computing a cache key: it calls ``to_dict()``), or None outside one."""
+    frame = sys._getframe(1)
+    for _ in range(_PIPELINE_FRAMES):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "get_transformation_hash":
+            nodes = frame.f_locals.get("nodes")
+            return nodes if isinstance(nodes, Sequence) else None
+    return None
+
+
+def _pipeline_inputs() -> set[int]:
+    """The ids (``id()``) of the objects the calling ``IngestionPipeline.run``/``arun`` passes on as its
+    input (its ``nodes_to_run``, whose hashes it writes to its docstore after the transformations), or
+    an empty set outside a pipeline."""
+    frame = sys._getframe(1)
+    for _ in range(_PIPELINE_FRAMES):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return set()
+        if isinstance(frame.f_locals.get("self"), IngestionPipeline):
+            found = frame.f_locals.get("nodes_to_run")
+            return {id(n) for n in found} if isinstance(found, Sequence) else set()
+    return set()
+
+
+def _stampable_copy(node: BaseNode) -> BaseNode:
+    """A copy of ``node`` whose metadata and excluded-key lists are its own (stamping it leaves ``node`` as it was)."""
+    return node.model_copy(
+        update={
+            "metadata": dict(node.metadata),
+            "excluded_embed_metadata_keys": list(node.excluded_embed_metadata_keys),
+            "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
+        }
+    )
+
+
 def _kind(match: Match) -> str:
     """How a node is counted: ``unique`` for a representative, else ``exact`` or ``near``."""
     if match.duplicate_of is None:
@@ -576,7 +647,7 @@ def _kind(match: Match) -> str:
 
 def _authority(node: BaseNode, key: str) -> float:
     value = _metadata(node, key, "authority_key")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise ValueError(
             f"node {node.node_id!r}: metadata[{key!r}] (authority_key) must be a finite number, got {value!r}"
         )
@@ -594,7 +665,7 @@ def _first_seen(node: BaseNode, key: str) -> float:
             ) from None
     if isinstance(value, _dt.datetime):
         return (value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)).timestamp()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise ValueError(
             f"node {node.node_id!r}: metadata[{key!r}] (first_seen_key) must be a POSIX timestamp or an "
             f"ISO 8601 string, got {value!r}"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import secrets
@@ -42,6 +41,7 @@ import numpy as np
 
 from rag_dedup import atomic, settings
 from rag_dedup.errors import CorruptIndexError, InvalidTextError
+from rag_dedup.finite import is_finite_number
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.memory import MemoryStorage, Snapshot
 from rag_dedup.surrogates import check_unicode
@@ -369,7 +369,7 @@ def _check_known(path: Path, key: Any, records: dict[str, ItemRecord], what: str
 
 
 def _check_number(path: Path, value: Any, what: str) -> None:
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if type(value) not in (int, float) or not is_finite_number(value):
         _corrupt(path, f"{what} {str(value)[:80]!r} is not a finite number")
 
 

@@ -4,6 +4,7 @@ InMemoryBM25Retriever; serialisation through YAML; run_async; warm_up."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -88,6 +89,23 @@ def test_run_async_matches_run() -> None:
     sync = DocumentDeduplicator().run(docs)["documents"]
     result = asyncio.run(DocumentDeduplicator().run_async(docs))["documents"]
     assert [d.meta for d in result] == [d.meta for d in sync]
+
+
+def test_concurrent_async_runs_over_one_index_pass_a_passage_once() -> None:
+    """Regression: run_async runs in executor threads over one in-memory index, which is not safe for two
+    writers at once: 32 concurrent runs of copies of one passage raised "... is in no cluster of its
+    component" most times, or passed two copies."""
+    text = corpus_documents()[0].content
+    dedup = DocumentDeduplicator(mode="drop")
+
+    async def run_all() -> list[dict[str, list[Document]]]:
+        return await asyncio.gather(
+            *(dedup.run_async([Document(content=text, id=f"copy-{i}", meta={"file_path": f"f{i}"})]) for i in range(32))
+        )
+
+    passed = [d for out in asyncio.run(run_all()) for d in out["documents"]]
+    assert len(passed) == 1 and len(dedup.index) == 32
+    assert {dedup.index.resolve(f"copy-{i}") for i in range(32)} == {passed[0].id}
 
 
 def test_empty_input_and_documents_without_text() -> None:
@@ -216,6 +234,31 @@ def test_collapser_run_async_and_top_k_override(store: InMemoryDocumentStore) ->
     result = asyncio.run(collapser.run_async(fetched, top_k=3))["documents"]
     assert len(sync) == 3 and [d.id for d in result] == [d.id for d in sync]
     assert all(DEDUP_COLLAPSED not in d.meta for d in fetched), "the retriever's documents were modified"
+
+
+def test_a_folded_copy_cites_its_file_not_its_parent_documents_hash() -> None:
+    """Regression: the collapser cited meta["source_id"] (the parent document's id, which every chunk of a
+    splitter carries) ahead of file_path / source_key, unlike the deduplicator and the README."""
+    text = " ".join((corpus_documents()[0].content or "").split()[:60])  # one chunk
+    store = InMemoryDocumentStore()
+    ingest = Pipeline()
+    ingest.add_component("chunker", SentenceChunker())
+    ingest.add_component("dedup", DocumentDeduplicator())
+    ingest.add_component("writer", DocumentWriter(document_store=store))
+    ingest.connect("chunker.documents", "dedup.documents")
+    ingest.connect("dedup.documents", "writer.documents")
+    originals = [Document(content=text, meta={"file_path": "a.txt"}), Document(content=text, meta={"file_path": "copy.txt"})]
+    ingest.run({"chunker": {"documents": originals}})
+    fetched = sorted(store.filter_documents(), key=lambda d: d.meta["file_path"])
+    assert all(d.meta["source_id"] in {o.id for o in originals} for d in fetched)
+    fetched = [dataclasses.replace(d, score=2.0 - i) for i, d in enumerate(fetched)]
+    (kept,) = DuplicateCollapser().run(fetched)["documents"]
+    assert kept.meta["file_path"] == "a.txt"
+    assert [e["source"] for e in kept.meta[DEDUP_COLLAPSED]] == ["copy.txt"]
+    urls = [Document(content=text, score=2.0, meta={"url": "http://a", "source_id": "p1"}),
+            Document(content=text.upper(), score=1.0, meta={"url": "http://b", "source_id": "p2"})]
+    (kept,) = DuplicateCollapser(source_key="url").run(urls)["documents"]
+    assert [e["source"] for e in kept.meta[DEDUP_COLLAPSED]] == ["http://b"]
 
 
 def test_query_pipeline_round_trips_through_yaml(store: InMemoryDocumentStore) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import pytest
 
@@ -75,6 +76,23 @@ def test_async_transform_matches_sync() -> None:
     sync = DedupDocumentTransformer().transform_documents(docs)
     result = asyncio.run(DedupDocumentTransformer().atransform_documents(docs))
     assert [d.metadata for d in result] == [d.metadata for d in sync]
+
+
+def test_concurrent_async_ingests_of_one_passage_pass_it_once() -> None:
+    """Regression: atransform_documents runs in executor threads, and an in-memory index is not safe
+    for two writers at once: asyncio.gather of 32 ingests of copies of one passage raised "... is in no
+    cluster of its component" most times, or passed two copies."""
+    (k, text, s), *_ = paragraphs()
+    dedup = DedupDocumentTransformer(mode="drop")
+
+    async def ingest_all() -> list[Sequence[Document]]:
+        return await asyncio.gather(
+            *(dedup.atransform_documents([Document(text, id=f"copy-{i}", metadata={"source": f"s{i}"})]) for i in range(32))
+        )
+
+    passed = [d for out in asyncio.run(ingest_all()) for d in out]
+    assert len(passed) == 1 and len(dedup.index) == 32
+    assert {dedup.index.resolve(f"copy-{i}") for i in range(32)} == {passed[0].id}
 
 
 def test_not_a_document_is_named() -> None:

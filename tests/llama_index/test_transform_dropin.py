@@ -17,7 +17,7 @@ from llama_index.core import Document, SimpleDirectoryReader, VectorStoreIndex
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.docstore.utils import doc_to_json
 from llama_index.core.vector_stores import SimpleVectorStore
@@ -138,6 +138,70 @@ def test_a_change_of_the_index_between_runs_is_never_replayed_from_the_cache():
     again = pipeline.run(documents=[half])  # the same input as before: a replay would give `first`
     assert {n.node_id for n in again} == half_keys  # every copy of the half is the stored one now
     assert transform.dropped == {}
+
+
+def test_the_same_text_under_another_node_id_is_never_answered_from_the_cache():
+    """Regression: the pipeline's cache key hashes the nodes' content and metadata, not their ids, so a
+    chunk of another document with the same text got the first document's chunk back from the cache,
+    and was never indexed."""
+    text = licence("BSD.txt")[:600]
+    transform = DedupTransform()
+    pipeline = IngestionPipeline(transformations=[transform])
+
+    def chunk(node_id: str, document: str) -> TextNode:
+        return TextNode(text=text, id_=node_id, relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=document)})
+
+    pipeline.run(nodes=[chunk("n1", "a")])
+    pipeline.run(nodes=[chunk("n1", "a")])  # the first run's entry is for the empty index
+    size = cache_size(pipeline)
+    assert [n.node_id for n in pipeline.run(nodes=[chunk("n1", "a")])] == ["n1"]  # a replay of the same input
+    assert cache_size(pipeline) == size
+    out = pipeline.run(nodes=[chunk("n2", "b")])
+    assert [(n.node_id, n.ref_doc_id) for n in out] == [("n2", "b")]
+    assert transform.index.keys_of_source("b") == ["n2"]
+    assert transform.index.match("n2").duplicate_of == "n1"
+
+
+@pytest.mark.parametrize(
+    "strategy", [DocstoreStrategy.DUPLICATES_ONLY, DocstoreStrategy.UPSERTS, DocstoreStrategy.UPSERTS_AND_DELETE]
+)
+def test_unchanged_documents_fed_straight_to_the_transform_are_not_run_again(strategy):
+    """Regression: the transform stamped the pipeline's input documents in place, and the pipeline writes
+    its input's hashes (which cover the metadata) to the docstore after the run: every unchanged document
+    then looked changed at the next run, and was run, embedded and stored again."""
+    bsd = licence("BSD.txt")
+    # A near copy (another holder), not an exact one: DUPLICATES_ONLY drops exact copies by their hash itself.
+    texts = {"bsd": bsd, "mpl": licence("MPL-2.0.txt"), "copy": bsd.replace("Regents", "Trustees", 1)}
+    assert texts["copy"] != bsd
+
+    def documents() -> list[Document]:
+        return [Document(text=text, id_=name) for name, text in texts.items()]
+
+    transform = DedupTransform()
+    pipeline = IngestionPipeline(
+        transformations=[transform, MockEmbedding(embed_dim=8)],
+        docstore=SimpleDocumentStore(),
+        vector_store=SimpleVectorStore(),
+        docstore_strategy=strategy,
+    )
+    given = documents()
+    first = pipeline.run(documents=given)
+    assert sorted(n.node_id for n in first) == sorted(texts)
+    clusters = {n.node_id: n.metadata[DEDUP_CLUSTER] for n in first}
+    assert clusters["copy"] == clusters["bsd"] != clusters["mpl"]
+    assert all(DEDUP_CLUSTER not in d.metadata for d in given)  # the input is left as it was given
+    assert pipeline.run(documents=documents()) == []  # nothing changed, nothing run again
+    assert stored_ids(pipeline) == set(texts)
+
+
+def test_the_threshold_cannot_be_changed_on_a_built_transform():
+    """Regression: an assigned threshold was shown (to_dict, persist) but not applied (the index decides
+    at its own), and the directory persist() then wrote could not be loaded."""
+    transform = DedupTransform(threshold=0.7)
+    with pytest.raises(ValueError, match=r"threshold cannot be changed.*decides at 0\.7, got 0\.3"):
+        transform.threshold = 0.3
+    transform.threshold = 0.7  # the same value is no change
+    assert (transform.threshold, transform.index.threshold) == (0.7, 0.7)
 
 
 # --- item 6: documents the pipeline deletes -------------------------------------------------------

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from typing import Any
 
 import numpy as np
 
 from rag_dedup import settings
+from rag_dedup.finite import is_finite_number
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord
 from rag_dedup.storage.bookkeeping import Table
 
@@ -150,7 +150,7 @@ def decode_id(raw: bytes) -> int:
 
 
 def _number(value: object, what: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+    if type(value) not in (int, float) or not is_finite_number(value):
         raise ValueError(f"{what} is not a finite number")
     return float(value)  # type: ignore[arg-type]
 
