@@ -27,11 +27,23 @@ from rag_dedup.settings import check_fetch_factor, check_threshold, check_top
 __all__ = ["DistinctRetriever"]
 
 
+#: LangChain's default ``fetch_k`` of an MMR search (``VectorStore.max_marginal_relevance_search``).
+_MMR_FETCH_K = 20
+
+
 def _sized(retriever: BaseRetriever, k: int) -> BaseRetriever:
-    """A copy of ``retriever`` that returns ``k`` documents."""
+    """A copy of ``retriever`` that returns ``k`` documents.
+
+    An MMR search (``search_type="mmr"``) picks its ``k`` among ``fetch_k`` candidates and returns at
+    most ``fetch_k``: that is raised to ``k`` too, so that a short page still means the corpus ran out.
+    """
     kwargs = getattr(retriever, "search_kwargs", None)
     if isinstance(kwargs, dict):
-        return retriever.model_copy(update={"search_kwargs": {**kwargs, "k": k}})
+        sized = {**kwargs, "k": k}
+        if getattr(retriever, "search_type", None) == "mmr":
+            fetch_k = kwargs.get("fetch_k", _MMR_FETCH_K)
+            sized["fetch_k"] = max(fetch_k, k) if isinstance(fetch_k, int) else k
+        return retriever.model_copy(update={"search_kwargs": sized})
     return retriever.model_copy(update={"k": k})
 
 

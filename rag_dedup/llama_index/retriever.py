@@ -134,15 +134,23 @@ class DistinctRetriever(BaseRetriever):
 
     @contextmanager
     def _top_k_set(self, k: int) -> Iterator[None]:
+        """The wrapped retriever's ``similarity_top_k`` set to ``k`` meanwhile; and its children's, for a
+        retriever that fuses others' results (``QueryFusionRetriever``: its own only caps the fused list,
+        each child searches to its own depth)."""
         if not self._sets_top_k:
             yield
             return
-        previous = self.retriever.similarity_top_k  # type: ignore[attr-defined]
-        self.retriever.similarity_top_k = k  # type: ignore[attr-defined]
+        targets = [self.retriever] + [
+            r for r in getattr(self.retriever, "_retrievers", None) or [] if hasattr(r, "similarity_top_k")
+        ]
+        previous = [r.similarity_top_k for r in targets]  # type: ignore[attr-defined]
+        for r in targets:
+            r.similarity_top_k = k  # type: ignore[attr-defined]
         try:
             yield
         finally:
-            self.retriever.similarity_top_k = previous  # type: ignore[attr-defined]
+            for r, was in zip(targets, previous):
+                r.similarity_top_k = was  # type: ignore[attr-defined]
 
     def _collapse(self, fetched: list[NodeWithScore]) -> tuple[list[NodeWithScore], int]:
         """The first ``top_k`` distinct nodes (the postprocessor's own ``top_n`` does not apply), and
@@ -150,21 +158,30 @@ class DistinctRetriever(BaseRetriever):
         distinct = self._postprocessor.collapse(fetched, self.top_k)
         return distinct, sum(1 for n in distinct if not _blank(n))
 
-    def _done(self, k: int, fetched: int, distinct: int) -> bool:
-        """Stop when there are enough, the corpus ran out, or fetching deeper is not possible."""
-        return distinct >= self.top_k or fetched < k or not self._sets_top_k or k >= self._cap()
+    def _done(self, k: int, fetched: int, distinct: int, before: int) -> bool:
+        """Stop when there are enough, the corpus ran out, or fetching deeper is not possible.
+
+        The corpus ran out when a fetch brought fewer than asked; from a retriever that fuses others
+        (``QueryFusionRetriever``, which drops the copies its children both found, by id and text), only
+        when it brought no more than the fetch before it (``before``).
+        """
+        fused = bool(getattr(self.retriever, "_retrievers", None))
+        ran_out = fetched < k and (not fused or fetched <= before)
+        return distinct >= self.top_k or ran_out or not self._sets_top_k or k >= self._cap()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.last_fetches = []
-        k = self._first_fetch()
+        k, before = self._first_fetch(), -1
         while True:
             with self._lock, self._top_k_set(k):
                 fetched = self.retriever.retrieve(query_bundle)
             self.last_fetches.append(k)
-            distinct, count = self._collapse(fetched)
-            if self._done(k, len(fetched), count):
+            # IndexNodes expanded here, before the collapse (BaseRetriever.retrieve would expand them
+            # after _retrieve, and what they bring would then be neither collapsed nor counted).
+            distinct, count = self._collapse(self._handle_recursive_retrieval(query_bundle, fetched))
+            if self._done(k, len(fetched), count, before):
                 return distinct
-            k = min(2 * k, self._cap())
+            before, k = len(fetched), min(2 * k, self._cap())
 
     def _alock(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
@@ -176,13 +193,13 @@ class DistinctRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.last_fetches = []
-        k = self._first_fetch()
+        k, before = self._first_fetch(), -1
         while True:
             async with self._alock():
                 with self._top_k_set(k):
                     fetched = await self.retriever.aretrieve(query_bundle)
             self.last_fetches.append(k)
-            distinct, count = self._collapse(fetched)
-            if self._done(k, len(fetched), count):
+            distinct, count = self._collapse(await self._ahandle_recursive_retrieval(query_bundle, fetched))
+            if self._done(k, len(fetched), count, before):
                 return distinct
-            k = min(2 * k, self._cap())
+            before, k = len(fetched), min(2 * k, self._cap())

@@ -40,3 +40,21 @@ def test_distinct_retriever_refuses_what_it_cannot_size() -> None:
         DistinctRetriever(retriever=Fixed())
     with pytest.raises(ValueError):
         DistinctRetriever(retriever=BM25Retriever.from_documents([Document("x")]), fetch_factor=float("inf"))
+
+
+def test_over_an_mmr_search_the_candidates_are_fetched_deeper_too() -> None:
+    """Regression: an MMR search returns at most fetch_k (20 by default) documents, so a deeper fetch came
+    back short, read as the corpus's end, and fewer than top_k distinct documents were returned."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from tests.adapter_corpus import paragraphs
+
+    texts = [t for _, t, _ in paragraphs()[:12]]
+    assert distinct_ratio(texts, 12) == 1.0
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    store.add_documents([Document(t, metadata={"source": f"mirror{m}"}) for m in range(5) for t in texts])
+    mmr = store.as_retriever(search_type="mmr", search_kwargs={"k": 4})
+    out = DistinctRetriever(retriever=mmr, top_k=12).invoke("copyright licence")
+    assert sorted(d.page_content for d in out) == sorted(texts)
+    assert mmr.search_kwargs == {"k": 4}, "the wrapped retriever was modified"

@@ -234,6 +234,52 @@ def test_object_map_and_objects_are_accepted_like_every_base_retriever(chunks):
     assert len(retriever.retrieve(QUERIES[0])) == 3
 
 
+def licence_mirrors(documents) -> list[TextNode]:
+    """The licences and four mirrors of each (copies crowd every top)."""
+    licences = [d for d in documents if d.id_.startswith("licenses/")]
+    mirrors = [Document(text=d.text, id_=f"{d.id_}#mirror{m}") for d in licences for m in range(4)]
+    return SentenceChunker().get_nodes_from_documents(licences + mirrors)  # type: ignore[return-value]
+
+
+def test_over_a_fusion_retriever_the_children_are_fetched_deeper(documents):
+    """Regression: a QueryFusionRetriever's similarity_top_k only caps the fused list (each child searches
+    to its own depth), so raising it fetched nothing more, and the short page read as the corpus's end."""
+    nodes = licence_mirrors(documents)
+    query = "THIS SOFTWARE IS PROVIDED AS IS WITHOUT WARRANTY; IN NO EVENT SHALL THE COPYRIGHT HOLDER BE LIABLE"
+    children = [bm25(nodes, 4), bm25(nodes[::-1], 4)]
+    fusion = QueryFusionRetriever(children, llm=MockLLM(max_tokens=8), num_queries=1, use_async=False, similarity_top_k=4)
+    retriever = DistinctRetriever(fusion, top_k=10)
+    got = retriever.retrieve(query)
+    assert len(got) == 10 and distinct_evidence_ratio(got) == 1.0
+    assert len(retriever.last_fetches) > 1
+    assert [c.similarity_top_k for c in children] == [4, 4] and fusion.similarity_top_k == 4  # restored
+
+
+class _Linked(BaseRetriever):
+    """What an IndexNode points at: the same passage under two ids."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(text=self.text, id_=f"copy{i}"), score=1.0 - i / 10) for i in range(2)]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_what_index_nodes_bring_is_collapsed_and_counted(chunks, run):
+    """Regression: BaseRetriever.retrieve expands IndexNodes after _retrieve, so the passages they brought
+    were never collapsed: two copies of one passage came back, and more than top_k nodes."""
+    linked = _Linked(chunks[0].text)
+    link = IndexNode(text=chunks[200].text, index_id="linked", id_="link")
+    retriever = DistinctRetriever(bm25([link, *chunks[1:40]], 10), top_k=3, objects=[IndexNode(text=link.text, index_id="linked", obj=linked)])
+    query = " ".join(chunks[200].text.split()[:20])
+    got = retriever.retrieve(query) if run == "sync" else asyncio.run(retriever.aretrieve(query))
+    ids = [n.node_id for n in got]
+    assert len(got) == 3 and "copy0" in ids and "copy1" not in ids and "link" not in ids
+    assert distinct_evidence_ratio(got, 3) == 1.0
+
+
 def test_an_empty_text_node_takes_no_top_k_place(chunks):
     """Regression (issue 17, item 10): empty nodes came back in place of distinct passages."""
     empties = [TextNode(text=" ", id_=f"empty{i}") for i in range(6)]
