@@ -126,15 +126,29 @@ class Ingestor(Generic[P]):
         self.mode: Mode = mode
         self.ledger: Ledger[P] = ledger if ledger is not None else Ledger()
 
-    def run(self, items: Sequence[tuple[str, str | None, str | None, P]]) -> Decision[P]:
+    def run(self, items: Sequence[tuple[str, str | None, str | None, P]], *, replacing: Sequence[str] = ()) -> Decision[P]:
         """Add ``items`` (``(key, text, source, payload)``) to the index and decide what passes on.
+
+        ``replacing``: keys that leave the index first, as by :meth:`remove` (the earlier version of a
+        document this call brings again, which the store downstream deletes); the items they let a
+        dropped copy promote are among :attr:`Decision.promoted`, stamped as of the end of the call.
 
         Raises:
             TypeError, ValueError: As :meth:`DedupIndex.add_many`, naming the item; a key given twice
                 with two texts. Nothing of the batch is passed on then.
         """
         with _lock_of(self.index):
-            return self._run(items)
+            if not replacing:
+                return self._run(items)
+            freed = self._remove(list(replacing))
+            decision = self._run(items)
+            known = {v.key for v in decision.promoted}
+            freed = [v for v in freed if v.key not in known]
+            if not freed:
+                return decision
+            now = self.index.matches([v.key for v in freed])
+            restamped = [Verdict(v.key, m.cluster_id, m.duplicate_of, True, v.payload) for v, m in zip(freed, now)]
+            return Decision(decision.verdicts, decision.promoted + restamped)
 
     def _run(self, items: Sequence[tuple[str, str | None, str | None, P]]) -> Decision[P]:
         first: dict[str, int] = {}

@@ -2,9 +2,12 @@
 
 Place it between a loader/splitter and a vector store, or before LangChain's indexing API::
 
-    dedup = DedupDocumentTransformer(mode="drop")
+    dedup = DedupDocumentTransformer(mode="drop", replace_sources=True)
     index(dedup.transform_documents(docs), record_manager, vector_store, cleanup="incremental",
           source_id_key="source")
+
+(``replace_sources=True`` follows the cleanup: a file edited and indexed again replaces its earlier
+chunks in the dedup index as it does in the store.)
 
 Each document with text is added to the index under its key (``Document.id``, else a digest of its
 text and metadata) with ``metadata[source_key]`` as its source, and comes back as a *new* ``Document``
@@ -52,6 +55,12 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
             for a new index (giving both ``index`` and another threshold is an error).
         mode: ``"tag"`` returns every document stamped; ``"drop"`` each passage once.
         source_key: The metadata key that names a document's source (LangChain loaders write ``source``).
+        replace_sources: A source in a call replaces its earlier version: its documents from earlier
+            calls that are not in this call leave the index first, as LangChain's indexing API with
+            ``cleanup="incremental"`` or ``"full"`` deletes them from the store. Give every document of a
+            source to one call then. Use it with drop mode and a cleanup: without it an edited passage is
+            dropped as a copy of its earlier version, which the cleanup then deletes, and the passage is
+            in the store in no version.
 
     Example:
         >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
@@ -68,6 +77,7 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
         threshold: float | None = None,
         mode: Mode = "tag",
         source_key: str = "source",
+        replace_sources: bool = False,
     ) -> None:
         if index is None:
             index = DedupIndex() if threshold is None else DedupIndex(threshold=threshold)
@@ -75,8 +85,11 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
             raise ValueError(f"threshold ({threshold}) contradicts the index's threshold ({index.threshold})")
         if not isinstance(source_key, str):
             raise TypeError(f"source_key must be str, got {type(source_key).__name__}")
+        if not isinstance(replace_sources, bool):
+            raise TypeError(f"replace_sources must be a bool, got {type(replace_sources).__name__}")
         self._ingestor: Ingestor[Document] = Ingestor(index, mode)
         self.source_key = source_key
+        self.replace_sources = replace_sources
 
     @property
     def index(self) -> DedupIndex:
@@ -104,7 +117,12 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
             text = doc.page_content if isinstance(doc.page_content, str) else None
             source = doc.metadata.get(self.source_key)
             items.append((document_key(doc), text, source if isinstance(source, str) else None, doc))
-        return [_stamped(v) for v in self._ingestor.run(items).passed()]
+        replacing: list[str] = []
+        if self.replace_sources:
+            here = {key for key, _, _, _ in items}
+            for source in sorted({source for _, _, source, _ in items if source is not None}):
+                replacing.extend(k for k in self.index.keys_of_source(source) if k not in here)
+        return [_stamped(v) for v in self._ingestor.run(items, replacing=replacing).passed()]
 
     def delete(self, keys: Sequence[str]) -> list[Document]:
         """Remove documents (by key, see :func:`document_key`) that left the store; return those promoted.
@@ -121,7 +139,10 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
         return await run_in_executor(None, self.transform_documents, documents, **kwargs)
 
     def __repr__(self) -> str:
-        return f"DedupDocumentTransformer(index={self.index!r}, mode={self.mode!r}, source_key={self.source_key!r})"
+        return (
+            f"DedupDocumentTransformer(index={self.index!r}, mode={self.mode!r}, source_key={self.source_key!r}, "
+            f"replace_sources={self.replace_sources!r})"
+        )
 
 
 def _stamped(verdict: Verdict[Document]) -> Document:

@@ -95,6 +95,40 @@ def test_concurrent_async_ingests_of_one_passage_pass_it_once() -> None:
     assert {dedup.index.resolve(f"copy-{i}") for i in range(32)} == {passed[0].id}
 
 
+def test_an_edited_file_indexed_again_with_cleanup_keeps_its_passages_in_the_store() -> None:
+    """Regression: in drop mode, a file's edited paragraph was dropped as a near-duplicate of its earlier
+    version, which the indexing API's incremental cleanup then deleted: the paragraph was in the store in
+    no version. replace_sources=True follows the cleanup."""
+    text = next(t for t in corpus_files().values() if len(t.split()) > 400)
+    words = text.split()
+    middle = len(words) // 2
+    edited = " ".join(words[:middle] + ["(amended)"] + words[middle:])
+    chunker = SentenceChunker(add_start_index=True)
+    dedup = DedupDocumentTransformer(mode="drop", replace_sources=True)
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    manager = InMemoryRecordManager("edit")
+    manager.create_schema()
+
+    def ingest(version: str) -> dict[str, int]:
+        chunks = chunker.split_documents([Document(version, metadata={"source": "LICENSE"})])
+        return index(dedup.transform_documents(chunks), manager, store, cleanup="incremental", source_id_key="source")
+
+    ingest(text)
+    again = ingest(text)
+    assert (again["num_added"], again["num_deleted"]) == (0, 0)  # the same file: nothing changes
+    changed = ingest(edited)
+    assert changed["num_added"] >= 1
+    new_chunks = chunker.split_text(edited)
+    assert len(dedup.index.keys_of_source("LICENSE")) == len(new_chunks)  # none of the old version's left
+    stored = [d["text"] for d in store.store.values()]
+    assert set(stored) <= set(new_chunks)
+    # Every passage of the new version is in the store in one copy: the amended one too.
+    clusters = [d["metadata"][DEDUP_CLUSTER] for d in store.store.values()]
+    assert len(clusters) == len(set(clusters))
+    assert set(clusters) == {dedup.index.cluster_of(k) for k in dedup.index.keys_of_source("LICENSE")}
+    assert any("(amended)" in t for t in stored)
+
+
 def test_not_a_document_is_named() -> None:
     with pytest.raises(TypeError, match=r"documents\[1\] is a str"):
         DedupDocumentTransformer().transform_documents([Document("x"), "y"])  # type: ignore[list-item]
