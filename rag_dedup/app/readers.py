@@ -4,7 +4,9 @@
 reads in the "Skipped" list. The rules, in order:
 
 1. A name ending in ``.gz`` is decompressed (gzip), and the name without ``.gz`` chooses the format:
-   ``intro.2.gz`` is read like ``intro.2``, ``changelog.Debian.gz`` like ``changelog.Debian``.
+   ``intro.2.gz`` is read like ``intro.2``, ``changelog.Debian.gz`` like ``changelog.Debian``. It is
+   decompressed a block at a time: its first 8 KiB are sniffed (rule 2) before the rest, and one that
+   decompresses to more than :data:`GZIP_MAX_BYTES` is skipped (a gzip bomb costs no more memory).
 2. A NUL byte in the first 8 KiB means a binary file.
 3. The bytes must decode as UTF-8 (strict).
 4. The suffix chooses the conversion: HTML is reduced to its visible text with the standard library's
@@ -24,6 +26,7 @@ application (``examples/quickstart.py``) reads a folder exactly as ``rag-dedup s
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -44,6 +47,9 @@ __all__ = [
 
 #: Bytes looked at for a NUL that marks a binary file.
 SNIFF_BYTES = 8192
+
+#: The most a ``.gz`` file may decompress to (256 MiB); a larger one is skipped.
+GZIP_MAX_BYTES = 256 << 20
 
 _FORMATS = {".txt": "text", ".md": "text", ".rst": "text", ".text": "text", ".markdown": "text",
             ".html": "html", ".htm": "html", ".json": "json"}
@@ -102,15 +108,18 @@ def html_to_text(markup: str) -> str:
 
 
 def _json_prose(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        if " " in value.strip():
-            out.append(html_to_text(value) if "<" in value and ">" in value else value.strip())
-    elif isinstance(value, dict):
-        for v in value.values():
-            _json_prose(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _json_prose(v, out)
+    """Append the prose strings of ``value`` to ``out`` in document order (a stack, not recursion:
+    the depth of a JSON document is not bounded by Python's)."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if " " in value.strip():
+                out.append(html_to_text(value) if "<" in value and ">" in value else value.strip())
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
 
 
 def json_to_text(raw: str) -> str:
@@ -119,7 +128,11 @@ def json_to_text(raw: str) -> str:
     HTML inside those strings is reduced to its text. Raises ``ValueError`` for invalid JSON.
     """
     out: list[str] = []
-    _json_prose(json.loads(raw), out)
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply for the JSON parser") from None
+    _json_prose(value, out)
     return "\n\n".join(s for s in out if s)
 
 
@@ -164,10 +177,7 @@ def read_text(path: str) -> str:
     fmt, gz = text_format(os.path.basename(path))
     raw = _read_regular(path)
     if gz:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise Unreadable(f"not gzip data: {e}") from None
+        raw = _gunzip(raw)
     if b"\x00" in raw[:SNIFF_BYTES]:
         raise Unreadable("binary file")
     try:
@@ -181,7 +191,28 @@ def read_text(path: str) -> str:
             return json_to_text(text)
         except json.JSONDecodeError as e:
             raise Unreadable(f"invalid JSON: {e.msg} at line {e.lineno}") from None
+        except ValueError as e:
+            raise Unreadable(f"invalid JSON: {e}") from None
     return text
+
+
+def _gunzip(raw: bytes) -> bytes:
+    """``raw`` decompressed, a block at a time: refused as binary as soon as its first SNIFF_BYTES hold
+    a NUL, and as too large past GZIP_MAX_BYTES, before more is decompressed (see the module docstring)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+            head = fh.read(SNIFF_BYTES)
+            if b"\x00" in head:
+                raise Unreadable("binary file")
+            parts, size = [head], len(head)
+            while block := fh.read(1 << 20):
+                size += len(block)
+                if size > GZIP_MAX_BYTES:
+                    raise Unreadable(f"decompresses to more than {GZIP_MAX_BYTES >> 20} MiB")
+                parts.append(block)
+    except (OSError, EOFError, zlib.error) as e:
+        raise Unreadable(f"not gzip data: {e}") from None
+    return b"".join(parts)
 
 
 def file_extractor() -> dict[str, Any]:

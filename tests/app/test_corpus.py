@@ -64,6 +64,34 @@ def test_a_file_named_gz_that_is_not_gzip_is_skipped_with_the_reason(tmp_path):
 
 
 @pytest.mark.skipif(not MAN2.is_dir(), reason="needs the man pages in /usr/share/man/man2 (apt-get install manpages-dev)")
+def test_a_gzip_bomb_is_skipped_without_decompressing_it_whole(tmp_path, monkeypatch):
+    """Regression: an 8.7 MB .gz of NULs took 4.2 GB of memory: it was decompressed whole before the
+    binary check. Now its first block is sniffed, and text beyond GZIP_MAX_BYTES is skipped."""
+    import rag_dedup.app.readers as readers
+
+    zeros = gzip.compress(bytes(64 << 20), compresslevel=1)
+    (tmp_path / "bomb.txt.gz").write_bytes(zeros)
+    with pytest.raises(Unreadable, match="binary file"):
+        read_text(str(tmp_path / "bomb.txt.gz"))
+    monkeypatch.setattr(readers, "GZIP_MAX_BYTES", 1 << 20)  # a smaller cap, for a small test file
+    text = GPL.read_text(encoding="utf-8")
+    (tmp_path / "big.txt.gz").write_bytes(gzip.compress((text * 200).encode("utf-8")))
+    with pytest.raises(Unreadable, match="decompresses to more than 1 MiB"):
+        read_text(str(tmp_path / "big.txt.gz"))
+    (tmp_path / "GPL-2.txt.gz").write_bytes(gzip.compress(text.encode("utf-8")))
+    assert read_text(str(tmp_path / "GPL-2.txt.gz")) == text  # below the cap: read as before
+
+
+@pytest.mark.parametrize("depth", [995, 100_000])
+def test_deeply_nested_json_is_skipped_with_the_reason(tmp_path, capsys, depth):
+    """Regression: JSON nested ~1,000 deep raised RecursionError out of the scan (exit 1, a traceback)."""
+    (tmp_path / "deep.json").write_text("[" * depth + '"some prose here"' + "]" * depth)
+    shutil.copy(GPL, tmp_path / "GPL-2.txt")
+    code, report, err = _scan_json([str(tmp_path)], capsys)
+    assert code == 0 and "Traceback" not in err
+    assert "deep.json" in err and "invalid JSON" in err
+
+
 def test_scan_of_gzipped_man_pages_reads_them_all(tmp_path, capsys):
     """Regression (issue 19 item 6): `scan /usr/share/man/man2 --glob '*.gz'` warned 501 times and exited 2."""
     pages = sorted(MAN2.glob("*.gz"))[:40]
