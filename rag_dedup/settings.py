@@ -145,9 +145,12 @@ def check_seed(seed: object) -> int:
 
     Raises:
         TypeError: Not an int.
+        ValueError: Outside ``[0, 2**32 - 1]``, the seeds numpy's generator takes.
     """
     if not _is_int(seed):
         raise TypeError(f"seed must be int, got {type(seed).__name__}; the default is 1")
+    if not 0 <= seed < 2**32:  # type: ignore[operator]
+        raise ValueError(f"seed ({seed}) must be in [0, 2**32 - 1]; the default is 1")
     return seed  # type: ignore[return-value]
 
 

@@ -331,6 +331,8 @@ def test_a_str_of_keys_to_remove_is_refused_before_anything_leaves() -> None:
         pytest.param({"threshold": "0.8"}, TypeError, "threshold must be a number", id="threshold-str"),
         pytest.param({"ngram": 0}, ValueError, r"ngram \(0\)", id="ngram"),
         pytest.param({"num_perm": 1}, ValueError, r"num_perm \(1\)", id="num-perm"),
+        pytest.param({"seed": -1}, ValueError, r"seed \(-1\) must be in \[0, 2\*\*32 - 1\]", id="seed-negative"),
+        pytest.param({"seed": 2**32}, ValueError, r"seed \(4294967296\)", id="seed-too-large"),
         pytest.param({"drift_floor": 0.9}, ValueError, "drift_floor", id="floor"),
         pytest.param({"policy": "longest"}, TypeError, "policy must be callable", id="policy"),
         pytest.param({"storage": "postgres://x"}, ValueError, "not a redis", id="storage-url"),

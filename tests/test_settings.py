@@ -24,7 +24,7 @@ TEXT = "the quick brown fox jumps over the lazy dog near the river bank today"
         pytest.param(lambda v: s.check_drift_floor(v, 0.8), [0, 0.5, 0.8, None], [0.0, 0.5, 0.8, 0.8 - 0.1], id="drift"),
         pytest.param(s.check_num_perm, [2, 128, s.MAX_NUM_PERM], [2, 128, 8192], id="num-perm"),
         pytest.param(s.check_ngram, [1, 5, 64], [1, 5, 64], id="ngram"),
-        pytest.param(s.check_seed, [0, 1, -3, 2**40], [0, 1, -3, 2**40], id="seed"),
+        pytest.param(s.check_seed, [0, 1, 2**32 - 1], [0, 1, 2**32 - 1], id="seed"),
         pytest.param(s.check_top, [1, 10], [1, 10], id="top"),
         pytest.param(lambda v: s.check_top(v, optional=True), [None, 1], [None, 1], id="top-optional"),
         pytest.param(s.check_fetch_factor, [1, 3.0, 1e6], [1.0, 3.0, 1e6], id="fetch-factor"),
@@ -55,6 +55,9 @@ def test_good_values_pass_in_their_canonical_type(check: Callable[[Any], Any], g
         pytest.param(lambda: s.check_ngram(65), ValueError, r"ngram \(65\) must be between 1 and 64", id="ngram-65"),
         pytest.param(lambda: s.check_ngram(True), TypeError, "ngram must be int, got bool", id="ngram-bool"),
         pytest.param(lambda: s.check_seed(1.0), TypeError, "seed must be int, got float", id="seed-float"),
+        # numpy's generator takes [0, 2**32 - 1]: outside it, numpy's own message came from inside numpy.
+        pytest.param(lambda: s.check_seed(-3), ValueError, r"seed \(-3\) must be in \[0, 2\*\*32 - 1\]", id="seed-negative"),
+        pytest.param(lambda: s.check_seed(2**40), ValueError, r"seed \(1099511627776\)", id="seed-too-large"),
         pytest.param(lambda: s.check_top(0, "top_n"), ValueError, r"top_n \(0\) must be at least 1", id="top-0"),
         pytest.param(lambda: s.check_top(None, "top_k"), TypeError, "top_k must be int, got NoneType", id="top-none"),
         pytest.param(lambda: s.check_top(2.5, "top_k", optional=True), TypeError,

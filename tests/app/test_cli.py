@@ -261,7 +261,7 @@ def test_unreadable_files_are_skipped_counted_and_warned(tmp_path, capsys):
         pytest.param(["scan", "{small}", "--html", "{missing}/r.html"], "does not exist", id="html-folder-missing"),
         pytest.param(["scan", "{small}", "--html", "{empty}"], "is a folder", id="html-is-a-folder"),
         pytest.param(["scan", "{small}", "--html", "/proc/x.html"], "cannot write in /proc", id="html-in-proc"),
-        pytest.param(["tune", "{small}", "--seed", "-1"], "Seed must be between", id="tune-negative-seed"),
+        pytest.param(["tune", "{small}", "--seed", "-1"], "seed (-1) must be in [0, 2**32 - 1]", id="tune-negative-seed"),
         pytest.param(["query", "{small}"], "give one question or --queries", id="query-no-question"),
         pytest.param(["query", "{small}", "--queries", "{missing}"], "cannot read", id="queries-file-missing"),
         pytest.param(["query", "{small}", "--queries", "{blank}"], "no questions", id="queries-file-blank"),

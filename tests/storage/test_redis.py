@@ -22,7 +22,15 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_dedup import CorruptIndexError, DedupIndex, IndexMismatchError, MemoryStorage, RedisUnavailable
+from rag_dedup import (
+    CorruptIndexError,
+    DedupIndex,
+    IndexMismatchError,
+    InvalidTextError,
+    MemoryStorage,
+    RedisConfigurationError,
+    RedisUnavailable,
+)
 from rag_dedup.storage.redis import connection
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
 from rag_dedup.storage.redis import RedisStorage
@@ -503,6 +511,34 @@ def test_bad_arguments_are_refused(redis_url, kwargs, error, message):
     args = {"url": redis_url, "namespace": "ok", **kwargs}
     with pytest.raises(error, match=message):
         RedisStorage(args.pop("url"), **args)
+
+
+def _with(url: str, *, db: str | None = None, query: str | None = None) -> str:
+    """``url`` (the test server's, TCP or unix socket) with another database or a query parameter."""
+    if url.startswith("unix://"):
+        base = url.split("?")[0]
+        return f"{base}?db={db}" if db is not None else f"{base}?{query}"
+    base = url.rsplit("/", 1)[0]
+    return f"{base}/{db}" if db is not None else f"{base}/0?{query}"
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        pytest.param(lambda u: _with(u, db="99"), RedisConfigurationError, "DB index is out of range", id="db-out-of-range"),
+        pytest.param(lambda u: _with(u, query="foo=bar"), ValueError, "not a Redis URL redis-py can use.*foo", id="unknown-parameter"),
+        pytest.param(lambda u: "redis://127.0.0.1:abc/0", ValueError, r"'redis://127.0.0.1:abc/0' is not a Redis URL.*[Pp]ort", id="bad-port"),
+    ],
+)
+def test_urls_the_server_or_redis_py_refuses_are_named_clearly(redis_url, make, error, message):
+    """Regression: these came out as redis-py's own ResponseError / TypeError / ValueError, 9-17 frames deep."""
+    with pytest.raises(error, match=message):
+        RedisStorage(make(redis_url), namespace="ok")
+
+
+def test_a_namespace_that_is_not_valid_unicode_is_refused(redis_url):
+    with pytest.raises(InvalidTextError, match="namespace"):
+        RedisStorage(redis_url, namespace="a\udce9")
 
 
 def test_missing_redis_package_gives_the_pip_hint(monkeypatch, redis_url):

@@ -243,6 +243,23 @@ def test_lock_held_too_long_raises_a_clear_timeout(redis_url):
     assert len(index) == 0
 
 
+@pytest.mark.parametrize(
+    "stuck",
+    [
+        pytest.param(lambda c: c.set(f"{NAMESPACE}:lock", b"set by hand"), id="no-expiry"),
+        pytest.param(lambda c: c.sadd(f"{NAMESPACE}:lock", b"x"), id="a-set"),
+    ],
+)
+def test_a_lock_key_that_never_expires_is_named_at_once_not_waited_for(redis_url, stuck):
+    """Regression: a lock key without an expiry (not one of ours) made every open wait lock_wait, then
+    blamed a busy worker whose lock would expire within lock_timeout, which this one never does."""
+    client = redis.Redis.from_url(redis_url)
+    stuck(client)
+    with pytest.raises(CorruptIndexError, match=r"faults:lock\) has no expiry.*delete that key"):
+        open_index(redis_url, lock_wait=30).add_many(FIRST[:5])  # (a LockTimeout after 30 s, were it waited for)
+    client.close()
+
+
 def test_a_lost_lock_refuses_the_commit(redis_url):
     """Regression guard: a worker that stalled past lock_timeout committed over the next holder's batch."""
     storage = RedisStorage(redis_url, namespace=NAMESPACE)
@@ -462,6 +479,8 @@ HOSTILE = [
     pytest.param(lambda c: c.set(f"{NAMESPACE}:next-group-id", b"many"), r":next-group-id cannot be read", id="counter-not-int"),
     pytest.param(lambda c: (c.delete(f"{NAMESPACE}:items"), c.set(f"{NAMESPACE}:items", b"x")), r":items cannot be read", id="wrong-type"),
     pytest.param(lambda c: c.hset(f"{NAMESPACE}:digests", _first_digest(c), b" 7"), r":digests\[.*\] holds b' 7'", id="digest-id-spaces"),
+    # Regression: a commit count that is not a number made the state script's reply come back empty (IndexError).
+    pytest.param(lambda c: c.set(f"{NAMESPACE}:commits", b"abc"), r":commits holds b'abc'.*not a count", id="commits-not-a-number"),
 ]
 
 

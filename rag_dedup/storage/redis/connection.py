@@ -106,10 +106,15 @@ def connect(
     Raises:
         RedisUnavailable: The server cannot be reached or refused the credentials (the message names
             the URL without its password, and the likely fix).
-        RedisConfigurationError: The server may evict keys, and ``allow_eviction`` is False.
+        RedisConfigurationError: The server may evict keys, and ``allow_eviction`` is False; or it refused
+            the connection's setup (a database number it does not have).
+        ValueError: redis-py cannot use the URL (a port, database or query parameter it cannot read).
     """
     require_redis()
-    client = redis_py.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout, **options)
+    try:
+        client = redis_py.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout, **options)
+    except (ValueError, TypeError) as exc:  # a port, a db or a query parameter redis-py cannot take
+        raise ValueError(f"url {redact(url)!r} is not a Redis URL redis-py can use: {exc}") from None
     pool = client.connection_pool
     if "command_packer" not in pool.connection_kwargs:
         # Before the first connection is made (connections take their packer when they are created).
@@ -122,6 +127,15 @@ def connect(
             f"Redis at {redact(url)} refused the credentials of the URL ({exc}); put the password in the "
             "URL as redis://:PASSWORD@host:port/db (or redis://USER:PASSWORD@... for an ACL user)"
         ) from exc
+    except TypeError as exc:  # a query parameter of the URL that redis-py's connection does not take
+        client.close()
+        raise ValueError(f"url {redact(url)!r} is not a Redis URL redis-py can use: {exc}") from None
+    except redis_py.exceptions.ResponseError as exc:  # the connection's setup: SELECT of a database it lacks
+        client.close()
+        raise RedisConfigurationError(
+            f"Redis at {redact(url)} refused to open the connection the URL describes ({exc}); a server has "
+            "databases 0 to 15 unless its 'databases' setting says more"
+        ) from None
     except (*CONNECTION_ERRORS, OSError) as exc:
         client.close()
         if "certificate" in str(exc).lower() or "ssl" in str(exc).lower():

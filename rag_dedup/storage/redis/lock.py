@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rag_dedup.errors import LockTimeout
+from rag_dedup.errors import CorruptIndexError, LockTimeout
 from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, redact, unavailable
 
@@ -105,6 +105,8 @@ class NamespaceLock:
 
         Raises:
             LockTimeout: Another holder kept it for longer than ``wait``.
+            CorruptIndexError: The lock's key exists without an expiry (not a lock of ours: it would never
+                be free), at the first attempt rather than after ``wait``.
             RedisUnavailable: The connection dropped; nothing was taken (or the lock expires by itself).
         """
         self.release_stale()
@@ -119,15 +121,23 @@ class NamespaceLock:
                 self.round_trips += 1
                 with self.client.pipeline(transaction=False) as pipe:
                     pipe.set(self.key, token, nx=True, px=ttl)
+                    pipe.pttl(self.key)
                     for key in probe:
                         pipe.exists(key)
-                    taken, *found = pipe.execute()
+                    taken, expires_in, *found = pipe.execute()
             except CONNECTION_ERRORS as exc:
                 self._stale.append(token)  # the SET may have succeeded without our hearing it
                 raise unavailable(self.url, exc, "while taking the write lock; nothing was recorded") from exc
             if taken:
                 self.wait_seconds += clock.now() - started
                 return self._hold(token), found
+            if expires_in == -1:  # held, and never to expire: no holder of ours sets a lock without a timeout
+                raise CorruptIndexError(
+                    f"the write lock of namespace {self.namespace!r} at {redact(self.url)} "
+                    f"({self.key.decode('utf-8', 'backslashreplace')}) has no expiry, which rag-dedup's lock always has "
+                    f"(lock_timeout): something else set it, and no worker can take it. If no worker of this namespace "
+                    f"is running, delete that key"
+                )
             if clock.now() >= deadline:
                 raise self._timeout("could not take")
             # Poll with a short, jittered backoff: a batch holds the lock only while it commits,

@@ -696,6 +696,9 @@ class Overlay:
             (reply,) = self.pipeline(
                 lambda p: p.eval(scripts.COMMITS_SINCE, len(keys), *keys, since, have, prefix, BAND_ENTRIES_MAX), tracked=True
             )
+            if len(reply) < 7:  # the script's tonumber() of the commit count gave nil: the reply list ends there
+                raw = self.client.get(self.commits_key)
+                raise self.corrupt(self.commits_key, raw, ValueError("not a count"))
             band = reply[6]
             if not band or not self.mirror.apply(band, self._corrupt_band_entry):
                 return self._state(reply)

@@ -24,6 +24,7 @@ from rag_dedup.storage.redis.connection import check_seconds, check_url, redact
 from rag_dedup.storage.redis.keys import BAD_VALUE, CODECS, FORMAT, LAYOUT_VERSION, OLD_LAYOUT_KEYS, Layout
 from rag_dedup.storage.redis.lock import Clock, NamespaceLock
 from rag_dedup.storage.redis.overlay import Batch, Overlay, Refused
+from rag_dedup.surrogates import check_unicode
 
 __all__ = ["OPTIMISTIC_ATTEMPTS", "RedisStorage"]
 
@@ -111,6 +112,7 @@ class RedisStorage(Bookkeeping):
                 f"namespace ({namespace!r}) must be a non-empty string without ':' (':' separates the "
                 "namespace from the key names); use '-' or '/' instead, e.g. 'team-corpus'"
             )
+        check_unicode(namespace, "namespace")
         for name, value in (("lock_timeout", lock_timeout), ("lock_wait", lock_wait), ("connect_timeout", connect_timeout)):
             check_seconds(name, value)
         if socket_timeout is not None:
