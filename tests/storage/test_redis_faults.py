@@ -243,6 +243,24 @@ def test_lock_held_too_long_raises_a_clear_timeout(redis_url):
     assert len(index) == 0
 
 
+@pytest.mark.parametrize("locked", [pytest.param(False, id="optimistic"), pytest.param(True, id="under-the-lock")])
+def test_a_commit_that_fails_on_a_key_of_another_type_says_the_namespace_is_damaged(redis_url, locked):
+    """Regression: a key of another type where the commit writes without reading (a source's set) failed one
+    command of the EXEC; Redis applied the others, and the caller got redis-py's raw ResponseError."""
+    index = open_index(redis_url)
+    index.add_many(FIRST[:10])
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{NAMESPACE}:source:garbage", b"not a set")
+    client.close()
+    items = [{**item, "key": f"new-{i}", "source": "garbage"} for i, item in enumerate(FIRST[10:12])]
+    with pytest.raises(CorruptIndexError, match=r"faults:source:garbage.*WRONGTYPE.*does not roll one back.*drop\(\) it"):
+        if locked:
+            with index.storage.lock():
+                index.add_many(items)
+        else:
+            index.add_many(items)
+
+
 @pytest.mark.parametrize(
     "stuck",
     [

@@ -320,6 +320,29 @@ class Overlay:
             f"stores there ({str(exc)[:120]}); the namespace is damaged: drop() it and index again"
         )
 
+    def failed_in_part(self, batch: Batch, exc: BaseException) -> CorruptIndexError:
+        """A commit's ``EXEC`` in which a command failed on a stored key (of another type): Redis applied
+        the transaction's other commands (it never rolls one back). The key is found by asking the type
+        of every key the batch wrote (one round trip, on this path only)."""
+        expected = [(k, b"hash") for k in batch.hashes] + [(k, b"set") for k in batch.sets]
+        expected += [(k, b"string") for k in batch.strings] + [(k, b"list") for k in (self.log_key, self.band_log_key)]
+        culprit = "a key it wrote"
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for key, _ in expected:
+                    pipe.type(key)
+                found = pipe.execute()
+            wrong = next((k for (k, want), got in zip(expected, found) if got not in (want, want.decode(), b"none", "none")), None)
+            if wrong is not None:
+                culprit = wrong.decode("utf-8", "backslashreplace")
+        except (*CONNECTION_ERRORS, ResponseError):
+            pass
+        return CorruptIndexError(
+            f"{self.name}: a commit failed on {culprit}, which holds what rag-dedup does not store there "
+            f"({str(exc)[:200]}); Redis applied the rest of the transaction (it does not roll one back), so the "
+            "namespace is damaged: drop() it and index again"
+        )
+
     def wrong_type(self, args: Sequence[Any], exc: BaseException) -> CorruptIndexError:
         """A command failed on a stored key (a key of another type, a non-integer counter)."""
         key = next((a for a in args[1:] if isinstance(a, bytes) and a.startswith(self.prefix)), None)
@@ -660,7 +683,11 @@ class Overlay:
                 pipe.delete(self.lock_key)
                 self.round_trips += 1
                 sent = True
-                self._mirror_own(queued, pipe.execute(), number)
+                try:
+                    replies = pipe.execute()
+                except ResponseError as exc:
+                    raise self.failed_in_part(batch, exc) from None
+                self._mirror_own(queued, replies, number)
         except WatchError as exc:
             if isinstance(exc.__context__, CONNECTION_ERRORS):
                 raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
@@ -846,6 +873,8 @@ class Overlay:
                             raise self.unavailable(exc, "while committing a batch; nothing of it was recorded, retry it") from exc
                         sent = False
                         continue  # another commit (or the lock) came in between: check it
+                    except ResponseError as exc:
+                        raise self.failed_in_part(batch, exc) from None
                     self._mirror_own(queued, replies, now + 1)
                     return "committed"
                 return "contended"
