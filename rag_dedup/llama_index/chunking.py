@@ -58,6 +58,10 @@ __all__ = ["SentenceChunker"]
 _ID_NAMESPACE = uuid.UUID("0c5f3e8e-6a0b-5d2e-9c53-2f1f7d1b9a41")
 
 
+#: SentenceSplitter's own options, which SentenceChunker has no use for (named in its TypeError).
+_SPLITTER_ONLY = frozenset({"separator", "paragraph_separator", "secondary_chunking_regex", "chunking_tokenizer_fn"})
+
+
 class SentenceChunker(MetadataAwareTextSplitter):
     """Split documents into sentence-aligned, overlapping chunks with content-defined boundaries.
 
@@ -171,6 +175,18 @@ class SentenceChunker(MetadataAwareTextSplitter):
             id_func = None
         if tokenizer is not None and not callable(tokenizer):
             raise TypeError(f"tokenizer must be callable (str -> tokens), got {type(tokenizer).__name__}")
+        unknown = sorted(set(kwargs) - set(type(self).model_fields) - set(type(self).model_computed_fields))
+        if unknown:  # SentenceSplitter refuses them too (TypeError); pydantic would drop them silently
+            splitter_only = [k for k in unknown if k in _SPLITTER_ONLY]
+            raise TypeError(
+                f"SentenceChunker got unexpected keyword argument(s) {', '.join(map(repr, unknown))}"
+                + (
+                    f" ({', '.join(splitter_only)}: SentenceSplitter's, which have no equivalent here: the cuts are "
+                    "at sentence ends found by punkt, placed by content)"
+                    if splitter_only
+                    else ""
+                )
+            )
         super().__init__(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,

@@ -650,3 +650,24 @@ def test_every_cut_inside_a_spliced_passage_is_the_same_in_both_hosts(corpus: di
         for text, offset in _spliced_into_two_hosts(corpus, passage, chunker)
     ]
     assert inside[0] and inside[0] == inside[1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"chunk_sise": 10}, r"unexpected keyword argument\(s\) 'chunk_sise'$", id="misspelt"),
+        pytest.param({"separator": " "}, r"'separator' \(separator: SentenceSplitter's, which have no equivalent", id="splitter-option"),
+        pytest.param({"paragraph_separator": "\n\n", "chunk_size": 128}, r"'paragraph_separator'", id="splitter-option-2"),
+    ],
+)
+def test_unknown_arguments_are_refused_as_sentence_splitter_refuses_them(kwargs, message):
+    """Regression: unknown or misspelt arguments (and SentenceSplitter's own options, which mean nothing
+    here) were dropped silently (pydantic ignores unknown fields), where SentenceSplitter, which
+    SentenceChunker replaces, raises TypeError for an argument it does not know."""
+    if "chunk_sise" in kwargs:
+        with pytest.raises(TypeError):
+            SentenceSplitter(**kwargs)
+    with pytest.raises(TypeError, match=message):
+        SentenceChunker(**kwargs)
+    again = SentenceChunker.from_dict(SentenceChunker(chunk_size=128).to_dict())  # what to_dict writes is known
+    assert again.chunk_size == 128
