@@ -232,9 +232,16 @@ class DedupPostprocessor(BaseNodePostprocessor):
 
     def collapse(self, nodes: Sequence[NodeWithScore], top_n: int | None = None) -> list[NodeWithScore]:
         """The distinct nodes of ``nodes`` in input order, duplicates folded in, the first ``top_n``
-        that carry evidence (``None``: all; a node with blank text takes no place)."""
+        that carry evidence (``None``: all; a node with blank text takes no place).
+
+        A node id that comes again (the same node retrieved twice, by two retrievers of a fusion) is one
+        node, as in LlamaIndex's stores: its later occurrences are left out, not folded in as copies."""
         if not nodes:
             return []
+        ids = {nws.node.id_ for nws in nodes}
+        if len(ids) < len(nodes):
+            seen: set[str] = set()
+            nodes = [nws for nws in nodes if not (nws.node.id_ in seen or seen.add(nws.node.id_))]  # type: ignore[func-returns-value]
         collapser = self._collapser()
         if self.merge_overlaps:
             passages = [_passage_with_span(nws) for nws in nodes]

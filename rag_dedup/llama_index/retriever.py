@@ -120,6 +120,19 @@ class DistinctRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, object_map=object_map, objects=objects, verbose=verbose)
 
     @property
+    def top_k(self) -> int:
+        """How many distinct passages to return (checked when set, as at construction)."""
+        return self._top_k
+
+    @top_k.setter
+    def top_k(self, value: int) -> None:
+        check_top(value, "top_k")
+        max_fetch = getattr(self, "max_fetch", None)
+        if max_fetch is not None and max_fetch < value:
+            raise ValueError(f"top_k ({value}) must be at most max_fetch ({max_fetch}); raise max_fetch first")
+        self._top_k = value
+
+    @property
     def postprocessor(self) -> DedupPostprocessor:
         """The postprocessor that decides what is a duplicate."""
         return self._postprocessor

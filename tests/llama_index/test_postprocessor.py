@@ -166,6 +166,18 @@ def test_folded_nodes_are_cited_with_document_score_reason_and_similarity(distin
     assert set(entries["c"]) == {"node_id", "ref_doc_id", "score", "reason", "similarity"}
 
 
+@pytest.mark.parametrize("show", ["best", "representative"])
+def test_a_node_retrieved_twice_is_one_node_not_a_copy_of_itself(distinct_texts, show):
+    """Regression: the same node id twice (two retrievers of a fusion found it) was listed as folded into
+    itself; LlamaIndex takes one id for one node."""
+    a = TextNode(text=distinct_texts[0], id_="a")
+    b = TextNode(text=distinct_texts[0].upper(), id_="b")
+    nodes = [NodeWithScore(node=a, score=3.0), NodeWithScore(node=a, score=2.0), NodeWithScore(node=b, score=1.0)]
+    (kept,) = DedupPostprocessor(show=show).postprocess_nodes(nodes)
+    assert kept.node_id == "a" and kept.score == 3.0
+    assert [c["node_id"] for c in kept.node.metadata[DEDUP_COLLAPSED]] == ["b"]
+
+
 def test_collapsed_list_is_hidden_from_llm_and_embedding_text(distinct_texts):
     nodes = scored([distinct_texts[0], distinct_texts[0]])
     (kept,) = DedupPostprocessor().postprocess_nodes(nodes)

@@ -188,6 +188,24 @@ def test_bad_arguments_are_refused(chunks, kwargs, error):
         DistinctRetriever(bm25(chunks[:20], 5), **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        pytest.param(0, ValueError, r"top_k \(0\) must be at least 1", id="zero"),
+        pytest.param(2.5, TypeError, "top_k must be int", id="float"),
+        pytest.param(5000, ValueError, r"top_k \(5000\) must be at most max_fetch \(1000\)", id="above-max-fetch"),
+    ],
+)
+def test_a_top_k_set_later_is_checked_as_at_construction(chunks, value, error, message):
+    """Regression: top_k = 0 then returned [] silently, and 2.5 failed later with a message naming top_n."""
+    retriever = DistinctRetriever(bm25(chunks[:20], 5), top_k=3)
+    with pytest.raises(error, match=message):
+        retriever.top_k = value
+    assert retriever.top_k == 3
+    retriever.top_k = 4
+    assert len(retriever.retrieve(QUERIES[0])) == 4
+
+
 def test_wrapping_something_that_is_not_a_retriever_is_refused():
     with pytest.raises(TypeError, match="BaseRetriever"):
         DistinctRetriever(["not", "a", "retriever"], top_k=3)  # type: ignore[arg-type]
