@@ -357,6 +357,39 @@ def _row(nws: Any, by_key: dict[str, Any], clusters: Mapping[str, str], folded: 
             "folded": [f["node_id"] for f in (nws.node.metadata.get(DEDUP_COLLAPSED) or [])] if folded else []}
 
 
+#: The settings a save fixes (its index's and its chunks'), as (attribute of args, option).
+_SAVED_SETTINGS = (
+    ("threshold", "--threshold"),
+    ("num_perm", "--num-perm"),
+    ("ngram", "--ngram"),
+    ("chunk_size", "--chunk-size"),
+    ("chunk_overlap", "--chunk-overlap"),
+)
+
+
+def _check_against_save(args: argparse.Namespace, saved: Any) -> None:
+    """Refuse a setting given on the command line that differs from the one the save was made with:
+    the save's index and chunks are used as they are, so it would be ignored."""
+    fixed = {"threshold": saved.index.threshold, "num_perm": saved.index.num_perm, "ngram": saved.index.ngram}
+    settings = saved.meta.get("settings") if isinstance(saved.meta.get("settings"), dict) else {}
+    fixed.update({k: settings[k] for k in ("chunk_size", "chunk_overlap") if k in settings})
+    for name, flag in _SAVED_SETTINGS:
+        if name in fixed and _given(args, flag) and getattr(args, name) != fixed[name]:
+            raise UsageError(
+                f"{escape_name(args.path)} was saved with {flag} {fixed[name]:g}, which a save fixes; "
+                f"query it without {flag}, or re-run rag-dedup scan --save with {flag} {getattr(args, name):g}"
+            )
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    """Whether ``flag`` was on the command line (whole, ``flag=value``, or a prefix argparse takes for it)."""
+    for token in getattr(args, "argv", ()):
+        name = token.split("=", 1)[0]
+        if name == flag or (len(name) > 3 and name.startswith("--") and flag.startswith(name)):
+            return True
+    return False
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from rag_dedup.app.retrieval import bm25_retriever, compare
     from rag_dedup.app.text import cluster_ids, format_queries, format_query
@@ -369,8 +402,11 @@ def cmd_query(args: argparse.Namespace) -> int:
     html_path = _output(args.html, "--html")
     path = Path(args.path)
     if is_save(path):
+        _chunker(args)  # a setting the library refuses exits 2 here too, before the save is read
+        _index(args, args.threshold)
         with phase("loading the save"):
             saved = load_saved(path)
+        _check_against_save(args, saved)
         index, chunks, retriever = saved.index, saved.chunks, saved.retriever
     else:
         chunker = _chunker(args)
@@ -432,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("always")
             warnings.showwarning = _show_warning
             args.written = written
+            args.argv = list(sys.argv[1:] if argv is None else argv)
             return _COMMANDS[args.command](args)
     except (UsageError, CorpusError, SaveError) as e:
         print(f"rag-dedup: error: {e}", file=sys.stderr)

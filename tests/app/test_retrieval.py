@@ -137,3 +137,28 @@ def test_query_on_a_damaged_save_is_one_line_and_exit_2(damage, saved, tmp_path,
     assert code == 2, err
     assert len(err.splitlines()) == 1 and err.startswith("rag-dedup: error: ") and "Traceback" not in err
     assert str(copy) in err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param(["--threshold", "0.5"], "was saved with --threshold 0.8, which a save fixes; query it without --threshold",
+                     id="another-threshold"),
+        pytest.param(["--thresh=0.5"], "was saved with --threshold 0.8", id="abbreviated"),
+        pytest.param(["--chunk-size", "128", "--chunk-overlap", "16"], "was saved with --chunk-size 256", id="another-chunk-size"),
+        pytest.param(["--threshold", "5"], "threshold (5.0) must be in (0, 1]", id="refused-value"),
+        pytest.param(["--num-perm", "1"], "num_perm (1) must be at least 2", id="refused-num-perm"),
+    ],
+)
+def test_query_on_a_save_refuses_settings_the_save_fixes(saved, options, message, capsys):
+    """Regression: `query SAVE --threshold 0.5` measured at the save's 0.8, and values the library refuses
+    (--threshold 5, --num-perm 1) passed with exit 0: the save's index and chunks were used, the options unread."""
+    code = main(["query", str(saved), QUESTIONS[0], *options])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err.splitlines()[-1] and err.splitlines()[-1].startswith("rag-dedup: error: ")
+    assert "Traceback" not in err
+
+
+def test_query_on_a_save_with_its_own_settings_runs(saved, capsys):
+    assert main(["query", str(saved), QUESTIONS[0], "--threshold", "0.8", "--chunk-size", "256"]) == 0
