@@ -7,16 +7,26 @@ renames it over ``path`` with :func:`os.replace`. A reader sees the old file or 
 part of either; on any exception (Ctrl-C included) the temporary file is removed and the exception
 re-raised. A rename is durable once the folder itself is fsynced: :func:`fsync_directory` does that,
 for writers whose last rename commits a whole set of files (the index directory's manifest).
+
+:func:`exchange` swaps two paths in one step (Linux's ``renameat2(RENAME_EXCHANGE)``), for a writer that
+replaces a whole folder (``rag-dedup scan --save``): the folder's path then names the old folder or the
+new one at every moment, a crash included.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["fsync_directory", "umask", "write_bytes", "write_text"]
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+__all__ = ["exchange", "fsync_directory", "umask", "write_bytes", "write_text"]
 
 
 def write_bytes(path: Path | str, data: bytes) -> None:
@@ -55,3 +65,29 @@ def umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def exchange(a: Path | str, b: Path | str) -> bool:
+    """Swap the paths ``a`` and ``b`` (both must exist, on one file system) atomically, and fsync their
+    folder. Returns False, having changed nothing, where the system cannot (not Linux, an old kernel or
+    C library, a file system without it): the caller then falls back to two renames.
+
+    Raises:
+        OSError: The system can swap, and refused these two paths (the ``errno`` says why).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        if err in (38, 22, 95):  # ENOSYS, EINVAL (no such flag), EOPNOTSUPP: the system cannot swap
+            return False
+        raise OSError(err, os.strerror(err), str(a), None, str(b))
+    fsync_directory(Path(b).parent)
+    return True

@@ -16,6 +16,7 @@ again by the command (a result without a saved chunk is a damaged save).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_dedup.app.report import Chunk
+from rag_dedup import atomic
 from rag_dedup.atomic import umask
 
 __all__ = [
@@ -73,8 +75,21 @@ def check_output_file(path: Path, option: str) -> None:
 
 
 def is_save(directory: Path) -> bool:
-    """Whether ``directory`` looks like a save (holds ``chunks.json``)."""
+    """Whether ``directory`` looks like a save (holds ``chunks.json``); a save that a crash between the two
+    renames of a replacement (where no atomic swap exists) left aside is put back first (:func:`recover_save`)."""
+    recover_save(Path(directory))
     return Path(directory).is_dir() and (Path(directory) / CHUNKS_FILE).is_file()
+
+
+def recover_save(directory: Path) -> None:
+    """Put back the previous save that a replacement moved aside (``.DIR.old.<pid>``) when ``directory``
+    is missing: the replacement died between its two renames."""
+    if directory.exists() or not directory.parent.is_dir():
+        return
+    aside = sorted(directory.parent.glob(f".{glob.escape(directory.name)}.old.*"), key=lambda p: p.stat().st_mtime)
+    aside = [p for p in aside if p.is_dir() and (p / CHUNKS_FILE).is_file()]
+    if aside:
+        os.replace(aside[-1], directory)
 
 
 def check_save_target(directory: Path) -> None:
@@ -90,10 +105,15 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
               retriever: Any | None = None) -> None:
     """Save the index, the chunks and (if given) the BM25 ``retriever`` in ``directory``, atomically.
 
+    The save is written whole into a new folder beside ``directory``, then swapped with the previous
+    save in one step (:func:`rag_dedup.atomic.exchange`) or, where the system cannot, moved in by two
+    renames (a crash between them leaves the previous save aside, which :func:`recover_save` puts back).
+
     Raises:
         SaveError: ``directory`` exists and is something else.
     """
     directory = Path(directory)
+    recover_save(directory)  # a save a killed replacement left aside is replaced like any other
     check_save_target(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
@@ -109,13 +129,18 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
             json.dump(sidecar, fh, ensure_ascii=False)
             fh.flush()
             os.fsync(fh.fileno())
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old.{os.getpid()}")
-            os.replace(directory, old)
-        os.replace(tmp, directory)
+        if directory.exists() and atomic.exchange(tmp, directory):
+            old = tmp  # it holds the previous save now; the path named the old one or the new one throughout
+        else:
+            if directory.exists():  # no atomic swap here: two renames, and a crash between them leaves
+                old = directory.with_name(f".{directory.name}.old.{os.getpid()}")  # the old one aside,
+                os.replace(directory, old)  # which the next save or load puts back (recover_save)
+            os.replace(tmp, directory)
+            atomic.fsync_directory(directory.parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not directory.exists():
+        if old is not tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old is not tmp and not directory.exists():
             os.replace(old, directory)
             old = None
         raise

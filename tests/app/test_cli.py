@@ -193,6 +193,42 @@ def test_save_replaces_a_previous_save_and_refuses_other_folders(small, tmp_path
     assert _leftovers(tmp_path) == []
 
 
+def test_a_save_replaced_is_swapped_in_one_step(small, tmp_path, monkeypatch, capsys):
+    """Regression: the previous save was moved aside and the new one moved in by two renames; a kill
+    between them left no save at the path. Where the system can, the two folders are swapped in one step."""
+    from rag_dedup import atomic
+    import rag_dedup.app.saved as saved_module
+
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved)]) == 0
+    swaps: list[tuple[str, str]] = []
+    real = atomic.exchange
+
+    def spy(a, b):  # type: ignore[no-untyped-def]
+        swaps.append((str(a), str(b)))
+        assert (Path(a) / "chunks.json").is_file() and (Path(b) / "chunks.json").is_file()  # two whole saves
+        return real(a, b)
+
+    monkeypatch.setattr(saved_module.atomic, "exchange", spy)
+    assert main(["scan", str(small), "--save", str(saved), "--chunk-size", "128", "--chunk-overlap", "16"]) == 0
+    assert len(swaps) == 1 and swaps[0][1] == str(saved)
+    assert json.loads((saved / "chunks.json").read_text())["settings"]["chunk_size"] == 128
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_save_left_aside_by_a_killed_replacement_is_put_back(small, tmp_path, capsys):
+    """Where no atomic swap exists, a kill between the two renames leaves the previous save under
+    .NAME.old.<pid> and no NAME: the next command puts it back."""
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved)]) == 0
+    expected = (saved / "chunks.json").read_text()
+    os.replace(saved, tmp_path / ".saved.old.4242")  # what the kill left
+    capsys.readouterr()
+    assert main(["query", str(saved), "permission to copy"]) == 0
+    assert (saved / "chunks.json").read_text() == expected
+    assert _leftovers(tmp_path) == []
+
+
 def test_glob_and_exclude_choose_files(capsys):
     assert main(["scan", str(EXAMPLES), "--glob", "*.md", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
