@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import math
 import os
+import threading
 from typing import Any, Literal
 
 from haystack import Document, component, default_from_dict, default_to_dict
@@ -55,11 +56,16 @@ def _check_index_params(threshold: float, storage: str | None, index_path: str |
 def _stamped(verdict: Verdict[Document]) -> Document:
     """A copy of the verdict's document carrying its ingest stamps (the document itself is not changed)."""
     doc = verdict.payload
+    # Deep: nested meta (a converter's) must not be shared with the caller's document either.
     if verdict.cluster is None:
-        return dataclasses.replace(doc, meta=dict(doc.meta))
+        return dataclasses.replace(doc, meta=copy.deepcopy(doc.meta))
     return dataclasses.replace(
-        doc, meta={**doc.meta, DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
+        doc, meta={**copy.deepcopy(doc.meta), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
     )
+
+
+#: Held while a component opens its index (run_async runs concurrent calls in executor threads).
+_OPENING = threading.Lock()
 
 
 @component
@@ -104,6 +110,8 @@ class DocumentDeduplicator:
         self.storage = storage
         self.namespace = namespace
         self.index_path = index_path
+        if not isinstance(source_key, str):
+            raise TypeError(f"source_key must be a str, got {type(source_key).__name__}")
         self.source_key = source_key
         self._ingestor: Ingestor[Document] | None = None
 
@@ -113,8 +121,10 @@ class DocumentDeduplicator:
 
     def _ready(self) -> Ingestor[Document]:
         if self._ingestor is None:
-            index = _open_index(self.threshold, self.storage, self.namespace, self.index_path)
-            self._ingestor = Ingestor(index, self.mode)
+            with _OPENING:  # run_async's threads: one index, opened once
+                if self._ingestor is None:
+                    index = _open_index(self.threshold, self.storage, self.namespace, self.index_path)
+                    self._ingestor = Ingestor(index, self.mode)
         return self._ingestor
 
     @property
@@ -211,7 +221,7 @@ def _survivor(kept: Kept, documents: list[Document]) -> Document:
     entries = collapsed_entries(
         doc.meta.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].meta.get(DEDUP_COLLAPSED)
     )
-    meta = {**doc.meta, DEDUP_COLLAPSED: entries}
+    meta = {**copy.deepcopy(doc.meta), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
     if kept.text is None:
         return _with_meta(doc, meta)
     meta["split_idx_start"] = kept.start
@@ -285,6 +295,8 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         self.storage = storage
         self.namespace = namespace
         self.index_path = index_path
+        if not isinstance(source_key, str):
+            raise TypeError(f"source_key must be a str, got {type(source_key).__name__}")
         self.source_key = source_key
         self._collapser: Collapser | None = None
 
@@ -293,6 +305,12 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         self._ready()
 
     def _ready(self) -> Collapser:
+        if self._collapser is None:
+            with _OPENING:  # run_async's threads: one index, opened once
+                return self._open_collapser()
+        return self._collapser
+
+    def _open_collapser(self) -> Collapser:
         if self._collapser is None:
             index = None
             if self.storage is not None or self.index_path is not None:

@@ -8,7 +8,7 @@ A LangChain document compressor, so it plugs in wherever those go::
 It reads the documents in the order given (best first), keeps a document unless it duplicates one
 kept already, and folds the duplicate into the keeper's ``metadata["dedup_collapsed"]``: a list of
 ``{id, source, score, reason, similarity}`` (the document's key, ``metadata[source_key]``, its
-``metadata["score"]`` if any, and why), so citations survive. The decision is
+``metadata["score"]``, else a reranker's ``metadata["relevance_score"]``, if any, and why), so citations survive. The decision is
 :class:`rag_dedup.collapse.Collapser`'s (see there for the reasons ``cluster``, ``exact``, ``near``,
 ``overlap``); the stamps ``DedupDocumentTransformer`` wrote (``dedup_cluster``) are used as it says.
 Nothing is written on the input: a kept document that absorbed others is returned as a copy, one that
@@ -18,6 +18,7 @@ pass merges, never erases).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -55,8 +56,11 @@ def _passage(doc: Document, source_key: str) -> Passage:
 
 
 def _score(meta: dict[str, Any]) -> float | None:
-    """``metadata["score"]`` when it is a finite number, else None."""
+    """``metadata["score"]``, else ``metadata["relevance_score"]`` (what LangChain's rerankers write),
+    when it is a finite number; else None."""
     score = meta.get("score")
+    if score is None:
+        score = meta.get("relevance_score")
     if score is None:
         return None
     return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score) else None
@@ -83,7 +87,7 @@ def collapse_documents(
             keys.append(key if type(key) is str and key else document_key(doc))  # document_key's first case, inlined
             text = doc.page_content
             texts.append(text if type(text) is str or isinstance(text, str) else None)
-            scores.append(None if meta.get("score") is None else _score(meta))  # _score's first case, inlined
+            scores.append(None if meta.get("score") is None and meta.get("relevance_score") is None else _score(meta))
             cluster = meta.get(DEDUP_CLUSTER)
             stamps.append(cluster if type(cluster) is str or isinstance(cluster, str) else None)
             source = meta.get(source_key)
@@ -99,7 +103,7 @@ def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Doc
     entries = collapsed_entries(
         doc.metadata.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].metadata.get(DEDUP_COLLAPSED)
     )
-    metadata = {**doc.metadata, DEDUP_COLLAPSED: entries}
+    metadata = {**copy.deepcopy(doc.metadata), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
     if kept.text is None:
         return shallow_copy(doc, {"metadata": metadata})  # doc.model_copy(update=...), faster
     metadata["start_index"] = kept.start

@@ -97,6 +97,14 @@ class DistinctRetriever(BaseRetriever):
         return None if value is None else check_threshold(value)
 
     @model_validator(mode="after")
+    def _check_max_fetch(self) -> DistinctRetriever:
+        if self.max_fetch < self.top_k:
+            raise ValueError(
+                f"max_fetch ({self.max_fetch}) must be at least top_k ({self.top_k}); raise max_fetch or lower top_k"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_retriever(self) -> DistinctRetriever:
         has_k = isinstance(getattr(self.retriever, "search_kwargs", None), dict) or "k" in type(self.retriever).model_fields
         if not has_k:

@@ -19,6 +19,7 @@ documents stay in the index, so ``transformer.index.resolve(key)`` still names t
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Sequence
@@ -150,5 +151,6 @@ def _stamped(verdict: Verdict[Document]) -> Document:
     doc = verdict.payload
     if verdict.cluster is None:
         return doc.model_copy(deep=True)
-    metadata = {**doc.metadata, DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
+    # Deep: nested metadata (a loader's) must not be shared with the caller's document either.
+    metadata = {**copy.deepcopy(doc.metadata), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
     return doc.model_copy(update={"metadata": metadata, "id": verdict.key})

@@ -291,3 +291,17 @@ def test_the_collapsers_copies_equal_dataclasses_replace() -> None:
     odd = Document(content="text", id="y")
     object.__setattr__(odd, "embedding", np.array([1.0, 2.0]))
     assert _with_meta(odd, meta).embedding == [1.0, 2.0]  # converted, as replace converts it
+
+
+def test_nested_meta_is_not_shared_and_a_bad_source_key_is_refused() -> None:
+    """Regression: the stamped copies shared nested meta with the caller's documents (editing the output
+    changed the input), and a non-str source_key was accepted."""
+    text = corpus_documents()[0].content or ""
+    meta = {"loader": {"page": 1}}
+    (out,) = DocumentDeduplicator().run([Document(content=text, meta=meta)])["documents"]
+    out.meta["loader"]["page"] = 99
+    assert meta == {"loader": {"page": 1}}
+    with pytest.raises(TypeError, match="source_key must be a str"):
+        DocumentDeduplicator(source_key=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="source_key must be a str"):
+        DuplicateCollapser(source_key=1)  # type: ignore[arg-type]

@@ -53,3 +53,34 @@ def test_the_compressors_copies_equal_model_copy_and_leave_the_input_alone() -> 
     assert ours == theirs and ours.model_dump() == theirs.model_dump() and type(ours) is Document
     assert ours.__pydantic_fields_set__ == theirs.__pydantic_fields_set__
     assert DEDUP_COLLAPSED not in doc.metadata and ours.metadata is not doc.metadata
+
+
+def test_a_rerankers_relevance_score_is_cited_and_nested_metadata_is_not_shared() -> None:
+    """Regression: LangChain's rerankers write metadata["relevance_score"], which the citations left out
+    (score None); and the kept copy shared nested metadata with the caller's document."""
+    from langchain_core.documents import Document
+
+    from tests.adapter_corpus import paragraphs
+
+    (_, text, _), *_ = paragraphs()
+    docs = [
+        Document(text, id="1", metadata={"relevance_score": 0.9, "loader": {"page": 1}}),
+        Document(text.upper(), id="2", metadata={"relevance_score": 0.7, "loader": {"page": 2}}),
+    ]
+    (kept,) = DedupCompressor().compress_documents(docs, "q")
+    assert [(e["id"], e["score"]) for e in kept.metadata[DEDUP_COLLAPSED]] == [("2", 0.7)]
+    kept.metadata["loader"]["page"] = 99
+    assert docs[0].metadata["loader"] == {"page": 1}
+
+
+def test_the_transformers_stamped_copies_share_no_nested_metadata() -> None:
+    from langchain_core.documents import Document
+
+    from rag_dedup.langchain import DedupDocumentTransformer
+    from tests.adapter_corpus import paragraphs
+
+    (_, text, _), *_ = paragraphs()
+    meta = {"source": "a", "loader": {"page": 1}}
+    (out,) = DedupDocumentTransformer().transform_documents([Document(text, metadata=meta)])
+    out.metadata["loader"]["page"] = 99
+    assert meta == {"source": "a", "loader": {"page": 1}}

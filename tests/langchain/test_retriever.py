@@ -58,3 +58,9 @@ def test_over_an_mmr_search_the_candidates_are_fetched_deeper_too() -> None:
     out = DistinctRetriever(retriever=mmr, top_k=12).invoke("copyright licence")
     assert sorted(d.page_content for d in out) == sorted(texts)
     assert mmr.search_kwargs == {"k": 4}, "the wrapped retriever was modified"
+
+
+def test_a_max_fetch_below_top_k_is_refused(bm25: BM25Retriever) -> None:
+    """Regression: DistinctRetriever(top_k=10, max_fetch=5) was accepted, and could never return 10."""
+    with pytest.raises(ValueError, match=r"max_fetch \(5\) must be at least top_k \(10\)"):
+        DistinctRetriever(retriever=bm25, top_k=10, max_fetch=5)
