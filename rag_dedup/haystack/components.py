@@ -24,6 +24,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker
 from rag_dedup.chunking.bundled import default_tokenizer
 from rag_dedup.collapse import Collapser, Kept, Passage
+from rag_dedup.haystack.ledger import load_ledger, save_ledger
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
 from rag_dedup.settings import check_threshold, check_top
@@ -124,7 +125,8 @@ class DocumentDeduplicator:
             with _OPENING:  # run_async's threads: one index, opened once
                 if self._ingestor is None:
                     index = _open_index(self.threshold, self.storage, self.namespace, self.index_path)
-                    self._ingestor = Ingestor(index, self.mode)
+                    saved = load_ledger(self.index_path) if self.index_path is not None and os.path.isdir(self.index_path) else None
+                    self._ingestor = Ingestor(index, self.mode, ledger=saved)
         return self._ingestor
 
     @property
@@ -133,10 +135,15 @@ class DocumentDeduplicator:
         return self._ready().index
 
     def save(self) -> None:
-        """Write the in-memory index to ``index_path`` (atomically)."""
+        """Write the in-memory index to ``index_path`` (atomically), and in drop mode what it passed and
+        dropped (:mod:`rag_dedup.haystack.ledger`), which ``warm_up`` reads back: a reloaded component
+        passes each passage once as before."""
         if self.index_path is None:
             raise ValueError("save() needs index_path; a Redis index persists by itself")
-        self.index.save(self.index_path)
+        ingestor = self._ready()
+        ingestor.index.save(self.index_path)
+        if self.mode == "drop":
+            save_ledger(self.index_path, ingestor.ledger)
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, list[Document]]:

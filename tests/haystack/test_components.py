@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -305,3 +306,39 @@ def test_nested_meta_is_not_shared_and_a_bad_source_key_is_refused() -> None:
         DocumentDeduplicator(source_key=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="source_key must be a str"):
         DuplicateCollapser(source_key=1)  # type: ignore[arg-type]
+
+
+def test_drop_mode_saved_and_reloaded_still_passes_each_passage_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: save() wrote only the index: a component reloaded from index_path took every cluster
+    for one the store held no copy of, and wrote a second copy; nor could it promote a copy dropped before."""
+    path = str(tmp_path / "idx")
+    text = corpus_documents()[0].content or ""
+    store = InMemoryDocumentStore()
+    writer = DocumentWriter(document_store=store)
+    first = DocumentDeduplicator(mode="drop", index_path=path)
+    written = first.run([Document(content=text, id="a", meta={"file_path": "a"}),
+                         Document(content=text.upper(), id="b", meta={"file_path": "b"})])["documents"]
+    writer.run(written)
+    first.save()
+    later = DocumentDeduplicator(mode="drop", index_path=path)
+    later.warm_up()
+    writer.run(later.run([Document(content=" " + text, id="c", meta={"file_path": "c"})])["documents"])
+    assert [d.id for d in store.filter_documents()] == ["a"]  # one copy, as before the reload
+    promoted = later.delete(["a"])["documents"]  # the stored copy leaves: a dropped one takes its place
+    (one,) = promoted  # b, dropped before the save, or c, dropped after: whichever represents them now
+    assert one.id == later.index.resolve("b") and one.content == {"b": text.upper(), "c": " " + text}[one.id]
+
+
+def test_a_damaged_ledger_is_refused_naming_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rag_dedup.errors import CorruptIndexError
+
+    path = tmp_path / "idx"
+    dedup = DocumentDeduplicator(mode="drop", index_path=str(path))
+    dedup.run(corpus_documents()[:20])
+    dedup.save()
+    ledger = path / "haystack_ledger.json"
+    body = json.loads(ledger.read_text())
+    body["passed"] = [1, 2]
+    ledger.write_text(json.dumps(body))
+    with pytest.raises(CorruptIndexError, match=r"haystack_ledger\.json: 'passed' is not a list of document ids"):
+        DocumentDeduplicator(mode="drop", index_path=str(path)).warm_up()
