@@ -7,7 +7,9 @@ order, and the earlier dropped items that this call promoted. The adapter only c
 stamps onto its payload. Nothing is ever deleted: every item with text is added to the
 :class:`~rag_dedup.index.DedupIndex`, passed on or not.
 
-:meth:`Ingestor.run` adds the batch with :meth:`~rag_dedup.index.DedupIndex.add_many`. An adapter that
+:meth:`Ingestor.run` adds the batch with :meth:`~rag_dedup.index.DedupIndex.update`: a key already
+indexed with another text (or source) is replaced, as the frameworks' stores overwrite a document id
+written again (Haystack's ``DuplicatePolicy.OVERWRITE``, LangChain's upserts by id). An adapter that
 writes to the index itself (``DedupTransform`` removes and replaces a re-ingested document's chunks in
 one :meth:`~rag_dedup.index.DedupIndex.update`, with authority and first-seen values) passes the
 resulting matches to :meth:`Ingestor.decide`, which applies the same rules.
@@ -134,7 +136,7 @@ class Ingestor(Generic[P]):
         dropped copy promote are among :attr:`Decision.promoted`, stamped as of the end of the call.
 
         Raises:
-            TypeError, ValueError: As :meth:`DedupIndex.add_many`, naming the item; a key given twice
+            TypeError, ValueError: As :meth:`DedupIndex.update`, naming the item; a key given twice
                 with two texts. Nothing of the batch is passed on then.
         """
         with _lock_of(self.index):
@@ -162,7 +164,12 @@ class Ingestor(Generic[P]):
                 continue
             first[key] = i
             batch.append({"key": key, "text": text, "source": source})
-        matches = {m.key: m for m in self.index.add_many(batch)} if batch else {}
+        if not batch:
+            matches: dict[str, Match] = {}
+        elif any(self.index.contains_many([item["key"] for item in batch])):  # type: ignore[misc]
+            matches = {m.key: m for m in self.index.update(batch)[0]}  # one step, replacing what changed
+        else:  # nothing to replace: add_many, which a shared store commits without its lock
+            matches = {m.key: m for m in self.index.add_many(batch)}
         return self.decide([(key, payload) for key, _, _, payload in items], matches)
 
     def decide(self, items: Sequence[tuple[str, P]], matches: Mapping[str, Match]) -> Decision[P]:

@@ -116,3 +116,23 @@ def test_a_key_twice_with_two_texts_is_an_error_naming_it() -> None:
 def test_bad_arguments(index: object, mode: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         Ingestor(index, mode)  # type: ignore[arg-type]
+
+
+def test_an_id_written_again_with_another_text_replaces_it_as_the_stores_do() -> None:
+    """Regression: re-ingesting a stable id with new text raised ValueError, where Haystack's
+    DuplicatePolicy.OVERWRITE and LangChain's upserts by id replace the document."""
+    from tests.adapter_corpus import paragraphs
+
+    (_, first, _), (_, second, _), *_ = paragraphs()
+    index = DedupIndex()
+    ingest = Ingestor(index, mode="drop")
+    before = ingest.run([("readme#0", first, "readme", "v1"), ("other", first.upper(), "x", "copy")])
+    assert len(before.passed()) == 1  # one copy of the passage
+    decision = ingest.run([("readme#0", second, "readme", "v2")])
+    (verdict,) = decision.verdicts
+    assert verdict.passed and verdict.duplicate_of is None and verdict.payload == "v2"
+    assert index.match("readme#0").cluster_size == 1  # the old text left with its version
+    assert len(index) == 2
+    # Both passages are in the store now, each once: the old one by "other" (passed then, or promoted now).
+    stored = {v.key for v in before.passed()} | {v.key for v in decision.passed()}
+    assert stored == {"readme#0", "other"} and ingest.ledger.passed == stored

@@ -151,7 +151,8 @@ class DocumentDeduplicator:
 
         Raises:
             TypeError: An item is not a Haystack ``Document``.
-            ValueError: As :meth:`DedupIndex.add_many`, naming the document.
+            ValueError: As :meth:`DedupIndex.update`, naming the document. (An id already indexed with
+                another content is replaced, as ``DuplicatePolicy.OVERWRITE`` replaces it in the store.)
         """
         ingestor = self._ready()
         items = []

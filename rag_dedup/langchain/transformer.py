@@ -109,7 +109,8 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
 
         Raises:
             TypeError: An item is not a LangChain ``Document``.
-            ValueError: As :meth:`DedupIndex.add_many` (a key already indexed with another text), naming it.
+            ValueError: As :meth:`DedupIndex.update`, naming it. (A key already indexed with another text is
+                replaced, as a vector store upserts a document id added again.)
         """
         items = []
         for i, doc in enumerate(documents):

@@ -342,3 +342,20 @@ def test_a_damaged_ledger_is_refused_naming_the_file(tmp_path) -> None:  # type:
     ledger.write_text(json.dumps(body))
     with pytest.raises(CorruptIndexError, match=r"haystack_ledger\.json: 'passed' is not a list of document ids"):
         DocumentDeduplicator(mode="drop", index_path=str(path)).warm_up()
+
+
+def test_an_id_written_again_with_new_content_is_overwritten_as_the_writer_does() -> None:
+    """Regression: re-ingesting a stable id with new content raised ValueError (and named a remove() the
+    component does not have), where DocumentWriter(policy=DuplicatePolicy.OVERWRITE) replaces it."""
+    from haystack.document_stores.types import DuplicatePolicy
+
+    docs = corpus_documents()
+    first, second = docs[0].content or "", docs[40].content or ""
+    store = InMemoryDocumentStore()
+    writer = DocumentWriter(document_store=store, policy=DuplicatePolicy.OVERWRITE)
+    dedup = DocumentDeduplicator()
+    writer.run(dedup.run([Document(id="readme#0", content=first)])["documents"])
+    writer.run(dedup.run([Document(id="readme#0", content=second)])["documents"])
+    (stored,) = store.filter_documents()
+    assert stored.content == second and stored.meta[DEDUP_CLUSTER] == "readme#0"
+    assert len(dedup.index) == 1 and dedup.index.query(second)[0][0] == "readme#0"
