@@ -3,13 +3,16 @@
 A report is written by :func:`rag_dedup.atomic.write_text` (a temporary file in the target's folder,
 fsynced and renamed into place: a reader sees the old file or the new one). A save is a folder::
 
-    DIR/chunks.json   schema "rag-dedup.chunks/1": root, settings, documents, skipped, chunks
+    DIR/chunks.json   schema "rag-dedup.chunks/1": root, settings, documents, skipped, chunks, and the
+                      SHA-256 of each file of bm25/ (``bm25_sha256``)
     DIR/index/        the DedupIndex (DedupIndex.save: JSON and .npz, checksummed by the library)
     DIR/bm25/         the BM25 retriever over the chunks (BM25Retriever.persist: JSON and .npy)
 
 built in a temporary sibling folder and renamed into place; an existing ``DIR`` is replaced only if it
 is empty or a previous save (it holds ``chunks.json``). :func:`load_saved` validates what it reads and
-raises :class:`SaveError` naming the file; nothing is unpickled. The BM25 corpus is memory-mapped, and
+raises :class:`SaveError` naming the file; nothing is unpickled. The BM25 files are checked against
+their SHA-256 (a damaged array loads and scores wrongly without an error of BM25's own; a save written
+before the digests were, has none, and is loaded unchecked), the corpus is memory-mapped, and
 checked against the chunks by its size and its first and last node ids; every retrieved id is checked
 again by the command (a result without a saved chunk is a damaged save).
 """
@@ -17,6 +20,7 @@ again by the command (a result without a saved chunk is a damaged save).
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -121,10 +125,14 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
     try:
         os.chmod(tmp, 0o777 & ~umask())
         index.save(tmp / INDEX_DIR)
+        bm25_files: dict[str, str] = {}
         if retriever is not None:
             (tmp / BM25_DIR).mkdir()
             retriever.persist(str(tmp / BM25_DIR), show_progress=False)
+            bm25_files = _digests(tmp / BM25_DIR)
         sidecar = dict(meta, schema=CHUNKS_SCHEMA, chunks=[c.to_dict() for c in chunks])
+        if bm25_files:
+            sidecar[BM25_FILES] = bm25_files
         with open(tmp / CHUNKS_FILE, "w", encoding="utf-8") as fh:
             json.dump(sidecar, fh, ensure_ascii=False)
             fh.flush()
@@ -185,6 +193,38 @@ def _chunks(sidecar: Path) -> tuple[list[Chunk], dict[str, Any]]:
     return chunks, meta
 
 
+#: The sidecar's field holding the SHA-256 of every file of the BM25 folder (saves since stop 24; an
+#: older save has none, and its BM25 files are loaded unchecked as before).
+BM25_FILES = "bm25_sha256"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """The SHA-256 of every file in ``folder`` (which ``BM25Retriever.persist`` fills), by name."""
+    out = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            out[path.name] = digest.hexdigest()
+    return out
+
+
+def _check_digests(folder: Path, expected: object, sidecar: Path) -> None:
+    """Refuse a BM25 folder whose files are not those the save wrote (a damaged array loads, and scores
+    wrongly, without any error of BM25's own)."""
+    if expected is None:
+        return
+    if not isinstance(expected, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items()):
+        raise SaveError(f"{sidecar}: {BM25_FILES!r} is damaged; re-run rag-dedup scan --save")
+    found = _digests(folder)
+    for name in sorted(set(expected) | set(found)):
+        if expected.get(name) != found.get(name):
+            what = "is missing" if name not in found else "was not written by this save" if name not in expected else "is damaged (its SHA-256 differs)"
+            raise SaveError(f"{folder / name}: {what}; re-run rag-dedup scan --save")
+
+
 def load_saved(directory: Path) -> Save:
     """Load what :func:`save_scan` wrote, checking that its parts agree.
 
@@ -206,6 +246,8 @@ def load_saved(directory: Path) -> Save:
     retriever = None
     if (directory / BM25_DIR).is_dir():
         from llama_index.retrievers.bm25 import BM25Retriever
+
+        _check_digests(directory / BM25_DIR, meta.pop(BM25_FILES, None), directory / CHUNKS_FILE)
 
         try:
             # mmap: the corpus stays on disk and is read per result, so a load is fast and small.

@@ -123,8 +123,24 @@ def _damage_bm25(saved: Path) -> None:
         p.write_text("{not json")
 
 
-@pytest.mark.parametrize("damage", [_damage_chunks, _truncate_chunks, _damage_index, _damage_bm25],
-                         ids=["chunk-record", "truncated-chunks", "index-manifest", "bm25-params"])
+def _reverse_bm25_indptr(saved: Path) -> None:
+    """A damage BM25 loads without an error of its own, then scores every chunk 0 (exit 0 before)."""
+    import numpy as np
+
+    (path,) = (saved / "bm25").glob("indptr*.npy")
+    np.save(path, np.load(path)[::-1].copy())
+
+
+def _bm25_params_wrong_type(saved: Path) -> None:
+    """Loads, then fails deep inside bm25s at the first query (a traceback before)."""
+    for p in (saved / "bm25").glob("params*.json"):
+        p.write_text('{"k1": "x"}')
+
+
+@pytest.mark.parametrize("damage", [_damage_chunks, _truncate_chunks, _damage_index, _damage_bm25,
+                                    _reverse_bm25_indptr, _bm25_params_wrong_type],
+                         ids=["chunk-record", "truncated-chunks", "index-manifest", "bm25-params",
+                              "bm25-indptr-reversed", "bm25-params-wrong-type"])
 def test_query_on_a_damaged_save_is_one_line_and_exit_2(damage, saved, tmp_path, capsys):
     """Regression (issue 17 item 6): `query` on a damaged save printed a traceback and exited 1."""
     import shutil
