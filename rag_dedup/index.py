@@ -1495,6 +1495,10 @@ class DedupIndex:
         """
         from rag_dedup.storage.directory import MANIFEST, load_directory
 
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike (a directory), got {type(path).__name__}")
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable, got {type(policy).__name__}")
         meta, storage = load_directory(path)
         manifest = os.path.join(os.fspath(path), MANIFEST)
         names = ("threshold", "num_perm", "ngram", "seed", "drift_floor", "ignore_decoration", "short_tokens")
@@ -1512,8 +1516,11 @@ class DedupIndex:
             )
         try:
             return cls(storage=storage, policy=chosen, **{name: meta[name] for name in names})
-        except IndexMismatchError:
-            raise
+        except IndexMismatchError as exc:  # the manifest's parameters disagree with its data files
+            raise IndexMismatchError(
+                f"{manifest}: the saved parameters disagree with the saved data ({_after_storage(str(exc))}); "
+                "the manifest was edited or the index is damaged: save it again from its source"
+            ) from None
         except (TypeError, ValueError) as exc:
             raise CorruptIndexError(f"{manifest}: the saved parameters are invalid ({exc}); the index is damaged") from None
 
@@ -1700,6 +1707,13 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
             return RedisStorage(storage, namespace=namespace)
         raise ValueError(f"storage {storage!r} is not a redis:// or rediss:// URL; pass None for memory or a Storage")
     raise TypeError(f"storage must be None, a Redis URL or a Storage, got {type(storage).__name__}")
+
+
+def _after_storage(message: str) -> str:
+    """A storage's mismatch message without the storage's name and the advice to open it with the same
+    parameters (which a load already did)."""
+    message = message.split(" was built with ", 1)[-1]
+    return message.split("; open it with", 1)[0]
 
 
 def _key_list(keys: Iterable[str], name: str) -> list[str]:

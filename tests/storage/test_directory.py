@@ -312,3 +312,32 @@ def test_killed_saves_leave_the_old_index_and_the_next_save_removes_their_files(
     manifest = json.loads((path / MANIFEST).read_text())
     assert after == sorted([MANIFEST, "notes.txt", *(e["name"] for e in manifest["files"].values())])
     assert len(DedupIndex.load(path)) == len(index)
+
+
+def test_a_manifest_whose_parameters_disagree_with_its_data_names_the_file(saved) -> None:
+    """Regression: a hand-edited manifest (threshold changed, checksum recomputed) raised IndexMismatchError
+    naming '<MemoryStorage object at 0x...>' and advising to open it with the same parameters, which a
+    load already does."""
+    from rag_dedup import IndexMismatchError
+
+    _, path = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["meta"]["threshold"] = 0.9
+    rewrite_manifest(path, manifest)
+    with pytest.raises(IndexMismatchError, match=r"manifest\.json: the saved parameters disagree with the saved data \(b=") as info:
+        DedupIndex.load(path)
+    assert "object at 0x" not in str(info.value) and "open it with" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param({"path": None}, "path must be a str or os.PathLike", id="path-none"),
+        pytest.param({"path": 5}, "path must be a str or os.PathLike", id="path-int"),
+        pytest.param({"policy": 5}, "policy must be callable", id="policy-int"),
+    ],
+)
+def test_load_refuses_bad_arguments_by_name(saved, args, message) -> None:
+    _, path = saved
+    with pytest.raises(TypeError, match=message):
+        DedupIndex.load(**{"path": path, **args})
