@@ -14,10 +14,20 @@ adapter (LlamaIndex nodes, LangChain ``Document.metadata``, Haystack ``Document.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS", "collapsed_entries", "folded_entry"]
+__all__ = [
+    "DEDUP_CLUSTER",
+    "DEDUP_COLLAPSED",
+    "DEDUP_DUPLICATE_OF",
+    "DEDUP_KEYS",
+    "STAMP_KEYS",
+    "collapsed_entries",
+    "detached",
+    "folded_entry",
+]
 
 #: The cluster an item belonged to when it was ingested: its representative's key.
 DEDUP_CLUSTER = "dedup_cluster"
@@ -51,3 +61,13 @@ def collapsed_entries(
         entries.append(folded_entry(fold.key, fold.ref_doc_id, fold.score, fold.reason, fold.similarity))
         entries.extend(earlier(fold.position) or [])
     return entries
+
+
+def detached(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a document's metadata that shares nothing mutable with it, for a stamped or collapsed
+    copy (nothing is written on the caller's objects, nested values included): values that are not
+    str, int, float, bool or None are deep-copied, the others (immutable) taken as they are."""
+    return {k: v if v is None or type(v) in _IMMUTABLE else copy.deepcopy(v) for k, v in metadata.items()}
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, tuple})

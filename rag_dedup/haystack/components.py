@@ -28,7 +28,7 @@ from rag_dedup.haystack.ledger import load_ledger, save_ledger
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
 from rag_dedup.settings import check_threshold, check_top
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, collapsed_entries
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, DEDUP_DUPLICATE_OF, collapsed_entries, detached
 
 __all__ = ["DocumentDeduplicator", "DuplicateCollapser", "SentenceChunker"]
 
@@ -59,9 +59,9 @@ def _stamped(verdict: Verdict[Document]) -> Document:
     doc = verdict.payload
     # Deep: nested meta (a converter's) must not be shared with the caller's document either.
     if verdict.cluster is None:
-        return dataclasses.replace(doc, meta=copy.deepcopy(doc.meta))
+        return dataclasses.replace(doc, meta=detached(doc.meta))
     return dataclasses.replace(
-        doc, meta={**copy.deepcopy(doc.meta), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
+        doc, meta={**detached(doc.meta), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
     )
 
 
@@ -229,7 +229,7 @@ def _survivor(kept: Kept, documents: list[Document]) -> Document:
     entries = collapsed_entries(
         doc.meta.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].meta.get(DEDUP_COLLAPSED)
     )
-    meta = {**copy.deepcopy(doc.meta), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
+    meta = {**detached(doc.meta), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
     if kept.text is None:
         return _with_meta(doc, meta)
     meta["split_idx_start"] = kept.start

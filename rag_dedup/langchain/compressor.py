@@ -18,7 +18,6 @@ pass merges, never erases).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from rag_dedup.collapse import Collapser, Kept, Passage
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
 from rag_dedup.settings import check_threshold, check_top
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entries
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entries, detached
 
 __all__ = ["DedupCompressor", "collapse_documents"]
 
@@ -103,7 +102,7 @@ def _survivor(kept: Kept, documents: Sequence[Document], source_key: str) -> Doc
     entries = collapsed_entries(
         doc.metadata.get(DEDUP_COLLAPSED), kept.folded, lambda i: documents[i].metadata.get(DEDUP_COLLAPSED)
     )
-    metadata = {**copy.deepcopy(doc.metadata), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
+    metadata = {**detached(doc.metadata), DEDUP_COLLAPSED: entries}  # nothing shared with the caller's
     if kept.text is None:
         return shallow_copy(doc, {"metadata": metadata})  # doc.model_copy(update=...), faster
     metadata["start_index"] = kept.start

@@ -19,7 +19,6 @@ documents stay in the index, so ``transformer.index.resolve(key)`` still names t
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from langchain_core.documents import BaseDocumentTransformer, Document
 
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Mode, Verdict
-from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF
+from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, detached
 
 __all__ = ["DedupDocumentTransformer", "document_key"]
 
@@ -153,5 +152,5 @@ def _stamped(verdict: Verdict[Document]) -> Document:
     if verdict.cluster is None:
         return doc.model_copy(deep=True)
     # Deep: nested metadata (a loader's) must not be shared with the caller's document either.
-    metadata = {**copy.deepcopy(doc.metadata), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
+    metadata = {**detached(doc.metadata), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
     return doc.model_copy(update={"metadata": metadata, "id": verdict.key})
