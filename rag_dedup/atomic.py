@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import ctypes.util
 import os
 import sys
@@ -86,8 +87,8 @@ def exchange(a: Path | str, b: Path | str) -> bool:
     renameat2.restype = ctypes.c_int
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
         err = ctypes.get_errno()
-        if err in (38, 22, 95):  # ENOSYS, EINVAL (no such flag), EOPNOTSUPP: the system cannot swap
-            return False
+        if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):  # cannot swap here (EPERM: a
+            return False  # sandbox's seccomp filter; a real permission error recurs in the renames)
         raise OSError(err, os.strerror(err), str(a), None, str(b))
     fsync_directory(Path(b).parent)
     return True

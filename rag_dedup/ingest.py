@@ -128,6 +128,11 @@ class Ingestor(Generic[P]):
         self.mode: Mode = mode
         self.ledger: Ledger[P] = ledger if ledger is not None else Ledger()
 
+    def locked(self) -> Any:
+        """The lock :meth:`run` and :meth:`remove` hold (a context manager), for a caller that reads the
+        index and the ledger together (a save)."""
+        return _lock_of(self.index)
+
     def run(self, items: Sequence[tuple[str, str | None, str | None, P]], *, replacing: Sequence[str] = ()) -> Decision[P]:
         """Add ``items`` (``(key, text, source, payload)``) to the index and decide what passes on.
 
@@ -144,7 +149,7 @@ class Ingestor(Generic[P]):
                 return self._run(items)
             freed = self._remove(list(replacing))
             decision = self._run(items)
-            known = {v.key for v in decision.promoted}
+            known = {v.key for v in decision.promoted} | {v.key for v in decision.verdicts}  # decided by the call
             freed = [v for v in freed if v.key not in known]
             if not freed:
                 return decision

@@ -66,8 +66,16 @@ def collapsed_entries(
 def detached(metadata: dict[str, Any]) -> dict[str, Any]:
     """A copy of a document's metadata that shares nothing mutable with it, for a stamped or collapsed
     copy (nothing is written on the caller's objects, nested values included): values that are not
-    str, int, float, bool or None are deep-copied, the others (immutable) taken as they are."""
-    return {k: v if v is None or type(v) in _IMMUTABLE else copy.deepcopy(v) for k, v in metadata.items()}
+    None, str, int, float, bool or bytes are deep-copied, those (immutable) taken as they are; a value
+    that cannot be copied (a lock, a client) is shared, as the frameworks' own shallow copies share it."""
+    return {k: v if v is None or type(v) in _IMMUTABLE else _copied(v) for k, v in metadata.items()}
 
 
-_IMMUTABLE = frozenset({str, int, float, bool, bytes, tuple})
+_IMMUTABLE = frozenset({str, int, float, bool, bytes})
+
+
+def _copied(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - any object may refuse to be copied; it is then shared
+        return value

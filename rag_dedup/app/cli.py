@@ -373,6 +373,8 @@ def _check_against_save(args: argparse.Namespace, saved: Any) -> None:
     fixed = {"threshold": saved.index.threshold, "num_perm": saved.index.num_perm, "ngram": saved.index.ngram}
     settings = saved.meta.get("settings") if isinstance(saved.meta.get("settings"), dict) else {}
     fixed.update({k: settings[k] for k in ("chunk_size", "chunk_overlap") if k in settings})
+    if _given(args, "--chunk-target"):  # not recorded in a save: its chunks are what they are
+        raise UsageError(f"{escape_name(args.path)} is a save, whose chunks are fixed; query it without --chunk-target")
     for name, flag in _SAVED_SETTINGS:
         if name in fixed and _given(args, flag) and getattr(args, name) != fixed[name]:
             raise UsageError(
@@ -402,8 +404,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     html_path = _output(args.html, "--html")
     path = Path(args.path)
     if is_save(path):
-        _chunker(args)  # a setting the library refuses exits 2 here too, before the save is read
-        _index(args, args.threshold)
+        _index(args, args.threshold)  # a setting the library refuses exits 2 here too, before the save is read
         with phase("loading the save"):
             saved = load_saved(path)
         _check_against_save(args, saved)

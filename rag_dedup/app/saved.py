@@ -19,10 +19,10 @@ again by the command (a result without a saved chunk is a damaged save).
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -79,19 +79,19 @@ def check_output_file(path: Path, option: str) -> None:
 
 
 def is_save(directory: Path) -> bool:
-    """Whether ``directory`` looks like a save (holds ``chunks.json``); a save that a crash between the two
-    renames of a replacement (where no atomic swap exists) left aside is put back first (:func:`recover_save`)."""
-    recover_save(Path(directory))
+    """Whether ``directory`` looks like a save (holds ``chunks.json``)."""
     return Path(directory).is_dir() and (Path(directory) / CHUNKS_FILE).is_file()
 
 
 def recover_save(directory: Path) -> None:
     """Put back the previous save that a replacement moved aside (``.DIR.old.<pid>``) when ``directory``
-    is missing: the replacement died between its two renames."""
+    is missing: the replacement died between its two renames. Run by the next save only (one process
+    saves into a folder at a time; a reader never renames)."""
     if directory.exists() or not directory.parent.is_dir():
         return
-    aside = sorted(directory.parent.glob(f".{glob.escape(directory.name)}.old.*"), key=lambda p: p.stat().st_mtime)
-    aside = [p for p in aside if p.is_dir() and (p / CHUNKS_FILE).is_file()]
+    pattern = re.compile(rf"\.{re.escape(directory.name)}\.old\.[0-9]+")
+    aside = [p for p in directory.parent.iterdir() if pattern.fullmatch(p.name) and (p / CHUNKS_FILE).is_file()]
+    aside.sort(key=lambda p: p.stat().st_mtime)
     if aside:
         os.replace(aside[-1], directory)
 
@@ -142,7 +142,7 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
         else:
             if directory.exists():  # no atomic swap here: two renames, and a crash between them leaves
                 old = directory.with_name(f".{directory.name}.old.{os.getpid()}")  # the old one aside,
-                os.replace(directory, old)  # which the next save or load puts back (recover_save)
+                os.replace(directory, old)  # which the next save puts back first (recover_save)
             os.replace(tmp, directory)
             atomic.fsync_directory(directory.parent)
     except BaseException:
@@ -218,10 +218,10 @@ def _check_digests(folder: Path, expected: object, sidecar: Path) -> None:
         return
     if not isinstance(expected, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items()):
         raise SaveError(f"{sidecar}: {BM25_FILES!r} is damaged; re-run rag-dedup scan --save")
-    found = _digests(folder)
-    for name in sorted(set(expected) | set(found)):
-        if expected.get(name) != found.get(name):
-            what = "is missing" if name not in found else "was not written by this save" if name not in expected else "is damaged (its SHA-256 differs)"
+    found = _digests(folder)  # (a file the save did not write, e.g. a .DS_Store, is not read by BM25)
+    for name in sorted(expected):
+        if expected[name] != found.get(name):
+            what = "is missing" if name not in found else "is damaged (its SHA-256 differs)"
             raise SaveError(f"{folder / name}: {what}; re-run rag-dedup scan --save")
 
 

@@ -24,7 +24,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker
 from rag_dedup.chunking.bundled import default_tokenizer
 from rag_dedup.collapse import Collapser, Kept, Passage
-from rag_dedup.haystack.ledger import load_ledger, save_ledger
+from rag_dedup.haystack.ledger import encode_ledger, load_ledger, save_ledger
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
 from rag_dedup.settings import check_threshold, check_top
@@ -125,7 +125,9 @@ class DocumentDeduplicator:
             with _OPENING:  # run_async's threads: one index, opened once
                 if self._ingestor is None:
                     index = _open_index(self.threshold, self.storage, self.namespace, self.index_path)
-                    saved = load_ledger(self.index_path) if self.index_path is not None and os.path.isdir(self.index_path) else None
+                    saved = None
+                    if self.mode == "drop" and self.index_path is not None and os.path.isdir(self.index_path):
+                        saved = load_ledger(self.index_path)
                     self._ingestor = Ingestor(index, self.mode, ledger=saved)
         return self._ingestor
 
@@ -141,9 +143,12 @@ class DocumentDeduplicator:
         if self.index_path is None:
             raise ValueError("save() needs index_path; a Redis index persists by itself")
         ingestor = self._ready()
-        ingestor.index.save(self.index_path)
-        if self.mode == "drop":
-            save_ledger(self.index_path, ingestor.ledger)
+        with ingestor.locked():  # no run changes the index or the record meanwhile
+            # Encoded first: a document the record cannot hold fails the save before anything is written.
+            record = encode_ledger(ingestor.ledger) if self.mode == "drop" else None
+            ingestor.index.save(self.index_path)
+            if record is not None:
+                save_ledger(self.index_path, record)
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, list[Document]]:

@@ -26,22 +26,37 @@ from rag_dedup import atomic
 from rag_dedup.errors import CorruptIndexError
 from rag_dedup.ingest import Ledger
 
-__all__ = ["LEDGER_FILE", "load_ledger", "save_ledger"]
+__all__ = ["LEDGER_FILE", "encode_ledger", "load_ledger", "save_ledger"]
 
 LEDGER_FILE = "haystack_ledger.json"
 _FORMAT = "rag-dedup-haystack-ledger"
 _VERSION = 1
 
 
-def save_ledger(index_path: str | Path, ledger: Ledger[Document]) -> None:
-    """Write ``ledger`` into the directory ``index_path`` (atomically)."""
+def encode_ledger(ledger: Ledger[Document]) -> str:
+    """``ledger`` as the file's text.
+
+    Raises:
+        TypeError: A dropped document's ``meta`` holds a value JSON cannot hold (named).
+    """
     body = {
         "format": _FORMAT,
         "format_version": _VERSION,
         "passed": sorted(ledger.passed),
         "dropped": {key: doc.to_dict() for key, doc in ledger.dropped.items()},
     }
-    atomic.write_text(Path(index_path) / LEDGER_FILE, json.dumps(body, ensure_ascii=False))
+    try:
+        return json.dumps(body, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"drop mode keeps the dropped documents to promote them later, and one of them cannot be saved ({exc}); "
+            "give documents meta values JSON can hold (str, numbers, lists, dicts)"
+        ) from None
+
+
+def save_ledger(index_path: str | Path, text: str) -> None:
+    """Write the ledger's text (:func:`encode_ledger`) into the directory ``index_path`` (atomically)."""
+    atomic.write_text(Path(index_path) / LEDGER_FILE, text)
 
 
 def load_ledger(index_path: str | Path) -> Ledger[Document] | None:

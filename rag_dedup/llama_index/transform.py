@@ -211,7 +211,7 @@ class DedupTransform(TransformComponent):
         # transform alone would be shown (to_dict, persist) but not applied.
         if name == "threshold" and "_index" in (self.__pydantic_private__ or {}):
             index = self._index
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or float(value) != index.threshold:
+            if not is_finite_number(value) or float(value) != index.threshold:
                 raise ValueError(
                     f"threshold cannot be changed after the transform is built (its index decides at "
                     f"{index.threshold}, got {value!r}); build a new DedupTransform(threshold=...) for an empty "

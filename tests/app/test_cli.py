@@ -216,17 +216,30 @@ def test_a_save_replaced_is_swapped_in_one_step(small, tmp_path, monkeypatch, ca
     assert _leftovers(tmp_path) == []
 
 
-def test_a_save_left_aside_by_a_killed_replacement_is_put_back(small, tmp_path, capsys):
+def test_a_save_left_aside_by_a_killed_replacement_is_put_back_by_the_next_save(small, tmp_path, monkeypatch, capsys):
     """Where no atomic swap exists, a kill between the two renames leaves the previous save under
-    .NAME.old.<pid> and no NAME: the next command puts it back."""
+    .NAME.old.<pid> and no NAME: the next save puts it back first, and replaces it as any other."""
+    from rag_dedup import atomic
+    import rag_dedup.app.saved as saved_module
+
     saved = tmp_path / "saved"
     assert main(["scan", str(small), "--save", str(saved)]) == 0
-    expected = (saved / "chunks.json").read_text()
     os.replace(saved, tmp_path / ".saved.old.4242")  # what the kill left
-    capsys.readouterr()
-    assert main(["query", str(saved), "permission to copy"]) == 0
-    assert (saved / "chunks.json").read_text() == expected
-    assert _leftovers(tmp_path) == []
+    (tmp_path / ".saved.old.x").mkdir()  # not ours (no pid): left alone
+    monkeypatch.setattr(saved_module.atomic, "exchange", lambda a, b: False)  # the two-rename path
+    renames: list[str] = []
+    real = os.replace
+
+    def replace(src, dst):  # type: ignore[no-untyped-def]
+        renames.append(Path(src).name)
+        return real(src, dst)
+
+    monkeypatch.setattr(saved_module.os, "replace", replace)
+    assert main(["scan", str(small), "--save", str(saved), "--chunk-size", "128", "--chunk-overlap", "16"]) == 0
+    assert renames[0] == ".saved.old.4242"  # put back, then moved aside again by this save, then removed
+    assert json.loads((saved / "chunks.json").read_text())["settings"]["chunk_size"] == 128
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".saved")) == [".saved.old.x"]
+    assert atomic.exchange is not None
 
 
 def test_glob_and_exclude_choose_files(capsys):

@@ -178,3 +178,23 @@ def test_query_on_a_save_refuses_settings_the_save_fixes(saved, options, message
 
 def test_query_on_a_save_with_its_own_settings_runs(saved, capsys):
     assert main(["query", str(saved), QUESTIONS[0], "--threshold", "0.8", "--chunk-size", "256"]) == 0
+
+
+def test_query_on_a_save_with_its_own_chunk_settings_runs(tmp_path, capsys):
+    """Regression (review): the check built a chunker from the given --chunk-size and the default overlap,
+    so a save made with --chunk-size 48 --chunk-overlap 0 refused --chunk-size 48."""
+    out = tmp_path / "small"
+    assert main(["scan", str(EXAMPLES), "--save", str(out), "--chunk-size", "48", "--chunk-overlap", "0", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["query", str(out), QUESTIONS[0], "--chunk-size", "48"]) == 0
+    assert main(["query", str(out), QUESTIONS[0], "--chunk-target", "30"]) == 2
+    assert "whose chunks are fixed; query it without --chunk-target" in capsys.readouterr().err
+
+
+def test_a_file_the_save_did_not_write_in_its_bm25_folder_is_not_an_error(saved, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "saved"
+    shutil.copytree(saved, copy)
+    (copy / "bm25" / ".DS_Store").write_bytes(b"\x00\x01")
+    assert main(["query", str(copy), QUESTIONS[0]]) == 0

@@ -359,3 +359,28 @@ def test_an_id_written_again_with_new_content_is_overwritten_as_the_writer_does(
     (stored,) = store.filter_documents()
     assert stored.content == second and stored.meta[DEDUP_CLUSTER] == "readme#0"
     assert len(dedup.index) == 1 and dedup.index.query(second)[0][0] == "readme#0"
+
+
+def test_a_save_whose_record_cannot_be_written_fails_before_anything_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression (review): save() wrote the index, then failed on the record (a meta value JSON cannot
+    hold), leaving the new index beside the old record."""
+    import datetime
+
+    path = tmp_path / "idx"
+    text = corpus_documents()[0].content or ""
+    dedup = DocumentDeduplicator(mode="drop", index_path=str(path))
+    dedup.run([Document(content=text, id="a"), Document(content=text.upper(), id="b", meta={"day": datetime.date(2026, 1, 1)})])
+    with pytest.raises(TypeError, match="one of them cannot be saved"):
+        dedup.save()
+    assert not path.exists()
+
+
+def test_tag_mode_does_not_read_the_drop_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "idx"
+    dedup = DocumentDeduplicator(mode="drop", index_path=str(path))
+    dedup.run(corpus_documents()[:10])
+    dedup.save()
+    (path / "haystack_ledger.json").write_text("{damaged")
+    tag = DocumentDeduplicator(index_path=str(path))
+    tag.warm_up()
+    assert len(tag.index) == 10

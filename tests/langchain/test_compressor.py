@@ -84,3 +84,18 @@ def test_the_transformers_stamped_copies_share_no_nested_metadata() -> None:
     (out,) = DedupDocumentTransformer().transform_documents([Document(text, metadata=meta)])
     out.metadata["loader"]["page"] = 99
     assert meta == {"source": "a", "loader": {"page": 1}}
+
+
+def test_a_metadata_value_that_cannot_be_copied_is_shared_not_an_error() -> None:
+    """Regression (review): detaching nested metadata raised on a value that cannot be deep-copied."""
+    import threading
+
+    from langchain_core.documents import Document
+
+    from tests.adapter_corpus import paragraphs
+
+    (_, text, _), *_ = paragraphs()
+    lock = threading.Lock()
+    docs = [Document(text, id="1", metadata={"lock": lock}), Document(text.upper(), id="2")]
+    (kept,) = DedupCompressor().compress_documents(docs, "q")
+    assert kept.metadata["lock"] is lock

@@ -129,6 +129,19 @@ def test_an_edited_file_indexed_again_with_cleanup_keeps_its_passages_in_the_sto
     assert any("(amended)" in t for t in stored)
 
 
+def test_a_copy_freed_by_a_replaced_source_and_given_again_in_the_call_is_returned_once() -> None:
+    """Regression (review): the copy that the removal of a replaced source's chunk promoted, given again in
+    the same call, came back twice: passed by the call and promoted, with its old metadata."""
+    (_, text, _), (_, other, _), *_ = paragraphs()
+    dedup = DedupDocumentTransformer(mode="drop", replace_sources=True)
+    dedup.transform_documents([Document(text, id="a", metadata={"source": "S"}), Document(text, id="f", metadata={"source": "T"})])
+    out = dedup.transform_documents(
+        [Document(other, id="b", metadata={"source": "S"}), Document(text, id="f", metadata={"source": "T", "v": 2})]
+    )
+    assert sorted(d.id for d in out) == ["b", "f"]
+    assert [d.metadata.get("v") for d in out if d.id == "f"] == [2]  # the call's version
+
+
 def test_not_a_document_is_named() -> None:
     with pytest.raises(TypeError, match=r"documents\[1\] is a str"):
         DedupDocumentTransformer().transform_documents([Document("x"), "y"])  # type: ignore[list-item]

@@ -321,8 +321,9 @@ class Overlay:
         )
 
     def failed_in_part(self, batch: Batch, exc: BaseException) -> CorruptIndexError:
-        """A commit's ``EXEC`` in which a command failed on a stored key (of another type): Redis applied
-        the transaction's other commands (it never rolls one back). The key is found by asking the type
+        """A commit's ``EXEC`` in which a command failed on a stored key of another type (``WRONGTYPE``):
+        Redis applied the transaction's other commands (it never rolls one back). Other errors (a server
+        out of memory refuses the commands as they are queued, and discards the transaction) are not this. The key is found by asking the type
         of every key the batch wrote (one round trip, on this path only)."""
         expected = [(k, b"hash") for k in batch.hashes] + [(k, b"set") for k in batch.sets]
         expected += [(k, b"string") for k in batch.strings] + [(k, b"list") for k in (self.log_key, self.band_log_key)]
@@ -686,6 +687,8 @@ class Overlay:
                 try:
                     replies = pipe.execute()
                 except ResponseError as exc:
+                    if "WRONGTYPE" not in str(exc):
+                        raise  # e.g. out of memory: Redis discarded the whole transaction
                     raise self.failed_in_part(batch, exc) from None
                 self._mirror_own(queued, replies, number)
         except WatchError as exc:
@@ -874,6 +877,8 @@ class Overlay:
                         sent = False
                         continue  # another commit (or the lock) came in between: check it
                     except ResponseError as exc:
+                        if "WRONGTYPE" not in str(exc):
+                            raise  # e.g. out of memory: Redis discarded the whole transaction
                         raise self.failed_in_part(batch, exc) from None
                     self._mirror_own(queued, replies, now + 1)
                     return "committed"
