@@ -261,18 +261,19 @@ def test_a_commit_that_fails_on_a_key_of_another_type_says_the_namespace_is_dama
             index.add_many(items)
 
 
-def test_a_server_out_of_memory_is_not_reported_as_a_damaged_namespace(redis_url):
+@pytest.mark.parametrize("margin", [0, 10_000, 200_000])
+def test_a_server_out_of_memory_is_not_reported_as_a_damaged_namespace(redis_url, margin):
     """Regression (review): every error of a commit's EXEC was reported as a damaged namespace to drop;
     a server out of memory refuses the commands as they are queued and discards the whole transaction."""
     index = open_index(redis_url)
     index.add_many(FIRST[:10])
     client = redis.Redis.from_url(redis_url)
     before = snapshot(redis_url, NAMESPACE)
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 10_000)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + margin)
     try:
-        with pytest.raises(redis.exceptions.ResponseError, match="maxmemory") as info:
+        # Wherever the server refuses (the group-id counter, a read script, the commit), the same error.
+        with pytest.raises(RedisConfigurationError, match=r"out of memory .*nothing of this batch was recorded"):
             index.add_many(FIRST[10:300])
-        assert not isinstance(info.value, CorruptIndexError)
     finally:
         client.config_set("maxmemory", 0)
         client.close()

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rag_dedup.errors import CorruptIndexError, LockTimeout
+from rag_dedup.errors import CorruptIndexError, LockTimeout, RedisConfigurationError
 from rag_dedup.storage.redis import scripts
-from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, redact, unavailable
+from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, redact, unavailable
 
 __all__ = ["Clock", "Hold", "NamespaceLock", "SystemClock"]
 
@@ -128,6 +128,11 @@ class NamespaceLock:
             except CONNECTION_ERRORS as exc:
                 self._stale.append(token)  # the SET may have succeeded without our hearing it
                 raise unavailable(self.url, exc, "while taking the write lock; nothing was recorded") from exc
+            except ResponseError as exc:  # a server at its maxmemory refuses the SET
+                raise RedisConfigurationError(
+                    f"Redis at {redact(self.url)} refused the write lock of namespace {self.namespace!r} ({str(exc)[:160]}); "
+                    "nothing was recorded: if it is out of memory, raise its maxmemory or free memory, then retry"
+                ) from None
             if taken:
                 self.wait_seconds += clock.now() - started
                 return self._hold(token), found

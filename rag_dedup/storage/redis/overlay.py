@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost
+from rag_dedup.errors import CorruptIndexError, LockLost, NamespaceLost, RedisConfigurationError
 from rag_dedup.storage.redis import scripts
 from rag_dedup.storage.redis.connection import CONNECTION_ERRORS, ResponseError, WatchError, unavailable
 from rag_dedup.storage.redis.mirror import BandMirror, entry
@@ -119,6 +119,12 @@ def _among(values: np.ndarray, written: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), dtype=bool)
     at = np.minimum(np.searchsorted(written, values), len(written) - 1)
     return written[at] == values
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a Redis error is the server refusing a write at its ``maxmemory`` (OOM)."""
+    text = str(exc)
+    return "OOM" in text or "maxmemory" in text
 
 
 def _field_names(table: Mapping[bytes, Mapping[bytes, Any]]) -> list[bytes]:
@@ -344,8 +350,20 @@ class Overlay:
             "namespace is damaged: drop() it and index again"
         )
 
-    def wrong_type(self, args: Sequence[Any], exc: BaseException) -> CorruptIndexError:
-        """A command failed on a stored key (a key of another type, a non-integer counter)."""
+    def out_of_memory(self, exc: BaseException) -> RedisConfigurationError:
+        """The server refused a write: it is at its ``maxmemory`` (with ``noeviction``, as rag-dedup
+        requires). It refuses the commands as they come, and an ``EXEC`` discards the whole transaction,
+        so nothing of the batch was recorded."""
+        return RedisConfigurationError(
+            f"{self.name}: Redis at {self.url} is out of memory ({str(exc)[:160]}); nothing of this batch was "
+            "recorded: raise the server's maxmemory (CONFIG SET maxmemory ...) or free memory, then retry"
+        )
+
+    def wrong_type(self, args: Sequence[Any], exc: BaseException) -> CorruptIndexError | RedisConfigurationError:
+        """A command failed on a stored key (a key of another type, a non-integer counter); or the server
+        is out of memory (:meth:`out_of_memory`), which is no damage."""
+        if _is_out_of_memory(exc):
+            return self.out_of_memory(exc)
         key = next((a for a in args[1:] if isinstance(a, bytes) and a.startswith(self.prefix)), None)
         where = key.decode("utf-8", "backslashreplace") if key is not None else f"a {args[0]} command"
         return CorruptIndexError(
@@ -688,7 +706,7 @@ class Overlay:
                     replies = pipe.execute()
                 except ResponseError as exc:
                     if "WRONGTYPE" not in str(exc):
-                        raise  # e.g. out of memory: Redis discarded the whole transaction
+                        raise self.out_of_memory(exc) if _is_out_of_memory(exc) else exc  # the transaction was discarded
                     raise self.failed_in_part(batch, exc) from None
                 self._mirror_own(queued, replies, number)
         except WatchError as exc:
@@ -878,7 +896,7 @@ class Overlay:
                         continue  # another commit (or the lock) came in between: check it
                     except ResponseError as exc:
                         if "WRONGTYPE" not in str(exc):
-                            raise  # e.g. out of memory: Redis discarded the whole transaction
+                            raise self.out_of_memory(exc) if _is_out_of_memory(exc) else exc  # the transaction was discarded
                         raise self.failed_in_part(batch, exc) from None
                     self._mirror_own(queued, replies, now + 1)
                     return "committed"
