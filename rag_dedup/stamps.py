@@ -18,16 +18,8 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = [
-    "DEDUP_CLUSTER",
-    "DEDUP_COLLAPSED",
-    "DEDUP_DUPLICATE_OF",
-    "DEDUP_KEYS",
-    "STAMP_KEYS",
-    "collapsed_entries",
-    "detached",
-    "folded_entry",
-]
+__all__ = ["DEDUP_CLUSTER", "DEDUP_COLLAPSED", "DEDUP_DUPLICATE_OF", "DEDUP_KEYS", "STAMP_KEYS"]
+__all__ += ["collapsed_entries", "detached", "folded_entry"]
 
 #: The cluster an item belonged to when it was ingested: its representative's key.
 DEDUP_CLUSTER = "dedup_cluster"

@@ -162,17 +162,22 @@ def file_documents() -> list[Document]:
     return [Document(content=text, meta={"file_path": path}) for path, text in corpus_files().items()]
 
 
-@pytest.fixture(scope="module")
-def store() -> InMemoryDocumentStore:
-    """The corpus through SentenceChunker -> DocumentDeduplicator (tag) -> DocumentWriter."""
-    store = InMemoryDocumentStore()
+def chunked_ingest_pipeline(store: InMemoryDocumentStore) -> Pipeline:
+    """SentenceChunker -> DocumentDeduplicator (tag) -> DocumentWriter into ``store``."""
     pipeline = Pipeline()
     pipeline.add_component("chunker", SentenceChunker())
     pipeline.add_component("dedup", DocumentDeduplicator())
     pipeline.add_component("writer", DocumentWriter(document_store=store))
     pipeline.connect("chunker.documents", "dedup.documents")
     pipeline.connect("dedup.documents", "writer.documents")
-    pipeline.run({"chunker": {"documents": file_documents()}})
+    return pipeline
+
+
+@pytest.fixture(scope="module")
+def store() -> InMemoryDocumentStore:
+    """The corpus through SentenceChunker -> DocumentDeduplicator (tag) -> DocumentWriter."""
+    store = InMemoryDocumentStore()
+    chunked_ingest_pipeline(store).run({"chunker": {"documents": file_documents()}})
     return store
 
 
@@ -242,12 +247,7 @@ def test_a_folded_copy_cites_its_file_not_its_parent_documents_hash() -> None:
     splitter carries) ahead of file_path / source_key, unlike the deduplicator and the README."""
     text = " ".join((corpus_documents()[0].content or "").split()[:60])  # one chunk
     store = InMemoryDocumentStore()
-    ingest = Pipeline()
-    ingest.add_component("chunker", SentenceChunker())
-    ingest.add_component("dedup", DocumentDeduplicator())
-    ingest.add_component("writer", DocumentWriter(document_store=store))
-    ingest.connect("chunker.documents", "dedup.documents")
-    ingest.connect("dedup.documents", "writer.documents")
+    ingest = chunked_ingest_pipeline(store)
     originals = [Document(content=text, meta={"file_path": "a.txt"}), Document(content=text, meta={"file_path": "copy.txt"})]
     ingest.run({"chunker": {"documents": originals}})
     fetched = sorted(store.filter_documents(), key=lambda d: d.meta["file_path"])
