@@ -70,8 +70,9 @@ import os
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
@@ -587,44 +588,42 @@ def _calling_pipeline() -> IngestionPipeline | None:
     reachable as the ``self`` of a calling frame. Inside a worker process (``num_workers > 1``) no
     pipeline is on the stack and this returns None.
     """
-    frame = sys._getframe(1)
-    for _ in range(_PIPELINE_FRAMES):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, IngestionPipeline):
-            return owner
-    return None
-
-
-def _nodes_being_hashed() -> Sequence[BaseNode] | None:
-    """The nodes of the ``get_transformation_hash(nodes, transformation)`` call on the stack (the
-    pipeline computing a cache key: it calls ``to_dict()``), or None outside one."""
-    frame = sys._getframe(1)
-    for _ in range(_PIPELINE_FRAMES):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "get_transformation_hash":
-            nodes = frame.f_locals.get("nodes")
-            return nodes if isinstance(nodes, Sequence) else None
-    return None
+    frame = _pipeline_frame(sys._getframe(1))
+    return None if frame is None else frame.f_locals["self"]
 
 
 def _pipeline_inputs() -> set[int]:
     """The ids (``id()``) of the objects the calling ``IngestionPipeline.run``/``arun`` passes on as its
     input (its ``nodes_to_run``, whose hashes it writes to its docstore after the transformations), or
     an empty set outside a pipeline."""
-    frame = sys._getframe(1)
+    frame = _pipeline_frame(sys._getframe(1))
+    found = None if frame is None else frame.f_locals.get("nodes_to_run")
+    return {id(n) for n in found} if isinstance(found, Sequence) else set()
+
+
+def _nodes_being_hashed() -> Sequence[BaseNode] | None:
+    """The nodes of the ``get_transformation_hash(nodes, transformation)`` call on the stack (the
+    pipeline computing a cache key: it calls ``to_dict()``), or None outside one."""
+    for frame in _outer_frames(sys._getframe(1)):
+        if frame.f_code.co_name == "get_transformation_hash":
+            nodes = frame.f_locals.get("nodes")
+            return nodes if isinstance(nodes, Sequence) else None
+    return None
+
+
+def _pipeline_frame(frame: FrameType) -> FrameType | None:
+    """The frame of an ``IngestionPipeline`` method (``run``, ``arun``) among those above ``frame``."""
+    return next((f for f in _outer_frames(frame) if isinstance(f.f_locals.get("self"), IngestionPipeline)), None)
+
+
+def _outer_frames(frame: FrameType) -> Iterator[FrameType]:
+    """The frames above ``frame`` (its caller first), at most ``_PIPELINE_FRAMES`` of them."""
     for _ in range(_PIPELINE_FRAMES):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return set()
-        if isinstance(frame.f_locals.get("self"), IngestionPipeline):
-            found = frame.f_locals.get("nodes_to_run")
-            return {id(n) for n in found} if isinstance(found, Sequence) else set()
-    return set()
+        outer = frame.f_back
+        if outer is None:
+            return
+        frame = outer
+        yield frame
 
 
 def _stampable_copy(node: BaseNode) -> BaseNode:
