@@ -7,9 +7,10 @@ order, and the earlier dropped items that this call promoted. The adapter only c
 stamps onto its payload. Nothing is ever deleted: every item with text is added to the
 :class:`~rag_dedup.index.DedupIndex`, passed on or not.
 
-:meth:`Ingestor.run` adds the batch with :meth:`~rag_dedup.index.DedupIndex.update`: a key already
-indexed with another text (or source) is replaced, as the frameworks' stores overwrite a document id
-written again (Haystack's ``DuplicatePolicy.OVERWRITE``, LangChain's upserts by id). An adapter that
+:meth:`Ingestor.run` adds the batch with :meth:`~rag_dedup.index.DedupIndex.add_many`, or, when a key
+of it is indexed already, :meth:`~rag_dedup.index.DedupIndex.update`: a key indexed with another text
+(or source) is replaced, as the frameworks' stores overwrite a document id written again (Haystack's
+``DuplicatePolicy.OVERWRITE``, LangChain's upserts by id). An adapter that
 writes to the index itself (``DedupTransform`` removes and replaces a re-ingested document's chunks in
 one :meth:`~rag_dedup.index.DedupIndex.update`, with authority and first-seen values) passes the
 resulting matches to :meth:`Ingestor.decide`, which applies the same rules.
