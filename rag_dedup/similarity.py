@@ -596,6 +596,11 @@ class TextSimilarity:
     def __init__(self) -> None:
         self._cache = _ShingleCache()
 
+    def __reduce__(self) -> tuple[type[TextSimilarity], tuple[()]]:
+        """A copy (``copy.copy``, ``copy.deepcopy``, pickle) is a new one that remembers nothing: what
+        is remembered only saves time, and its lock cannot be copied."""
+        return (type(self), ())
+
     def __len__(self) -> int:
         """How many texts' shingles are remembered."""
         return len(self._cache)

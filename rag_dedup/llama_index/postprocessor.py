@@ -36,6 +36,9 @@ through too, but never take one of the ``top_n`` places.
 
 from __future__ import annotations
 
+import copy
+import logging
+import pickle
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -51,6 +54,8 @@ from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, colla
 from rag_dedup.settings import check_cache_size, check_drift_floor, check_ngram, check_threshold, check_top
 from rag_dedup.shingles import DEFAULT_NGRAM
 from rag_dedup.similarity import TextSimilarity
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["DedupPostprocessor"]
 
@@ -195,6 +200,43 @@ class DedupPostprocessor(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "DedupPostprocessor"
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> DedupPostprocessor:
+        """A copy with the same settings that reads the same ``index`` and ``docstore`` (stores, shared
+        as a copied retriever shares its index) and remembers no shingles."""
+        fields = {name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()}
+        return type(self)(index=self._index, docstore=self._docstore, **fields)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its index and docstore (LlamaIndex's components are rebuilt from their fields
+        alone, which would leave a copy in another process answering from stale stamps without its
+        index). A field that does not pickle (a callback manager's handler) is left out with a logged
+        warning, as LlamaIndex leaves it out, and takes its default.
+
+        Raises:
+            TypeError: The docstore does not pickle (one that holds a client): name the docstore
+                again in the other process, ``DedupPostprocessor(docstore=...)``.
+        """
+        fields = {}
+        for name, value in self.__dict__.items():
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001 - as llama_index.core.schema.BaseComponent.__getstate__
+                _log.warning("DedupPostprocessor: leaving out the field %s, which cannot be pickled", name)
+                continue
+            fields[name] = value
+        if self._docstore is not None:
+            try:
+                pickle.dumps(self._docstore)
+            except Exception as exc:  # noqa: BLE001 - any object may refuse
+                raise TypeError(
+                    f"DedupPostprocessor cannot be pickled with its docstore ({type(self._docstore).__name__}: {exc}); "
+                    "make the copy in the other process with DedupPostprocessor(docstore=...) of its own"
+                ) from None
+        return {"fields": fields, "index": self._index, "docstore": self._docstore}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(index=state["index"], docstore=state["docstore"], **state["fields"])  # type: ignore[misc]
 
     @property
     def index(self) -> DedupIndex | None:

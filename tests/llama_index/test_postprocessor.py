@@ -818,3 +818,23 @@ def test_carried_entries_are_collapsed_entry_with_the_similarity_rounded(chunks)
     assert kept[0].node.metadata[DEDUP_COLLAPSED] == expected
     assert [e["ref_doc_id"] for e in expected] == [None, None, base.ref_doc_id] and base.ref_doc_id is not None
     assert 0.8 <= expected[0]["similarity"] < 1.0 and expected[0]["similarity"] == round(folds[0][0][2], 4)
+
+
+def test_a_copied_postprocessor_keeps_its_settings_and_shares_its_index(distinct_texts):
+    import copy
+    import pickle
+
+    index = DedupIndex()
+    index.add_many([("a", distinct_texts[0]), ("b", edited(distinct_texts[0]))])
+    nodes = scored([distinct_texts[0], edited(distinct_texts[0]), distinct_texts[1]])
+    pp = DedupPostprocessor(index=index, top_n=2, threshold=0.7)
+    expected = [n.node_id for n in pp.postprocess_nodes(nodes)]
+    deep = copy.deepcopy(pp)  # it remembers shingles under a lock, which cannot be copied
+    assert deep.index is index and (deep.top_n, deep.threshold) == (2, 0.7)
+    assert deep._similarity is not pp._similarity and len(deep._similarity) == 0
+    again = pickle.loads(pickle.dumps(pp))
+    assert again.index is not None and again.index.resolve("b") == index.resolve("b")
+    for clone in (deep, again, copy.copy(pp)):
+        assert [n.node_id for n in clone.postprocess_nodes(nodes)] == expected == ["n0", "n2"]
+    with_store = pickle.loads(pickle.dumps(DedupPostprocessor(docstore=SimpleDocumentStore(), show="representative")))
+    assert isinstance(with_store._docstore, SimpleDocumentStore) and with_store.show == "representative"
