@@ -1,7 +1,8 @@
 """The command's corpus: which files under a path are read, their names, their chunks, their index.
 
 Discovery: a folder is walked recursively in name order; hidden files and folders (a name starting
-with ``.``) are left out, symbolic links to folders are not followed. By default the files read are
+with ``.``) are left out; symbolic links to folders are not followed, and a folder that is a
+rag-dedup save (``scan --save``) is not read, both listed as skipped. By default the files read are
 those matching :data:`DEFAULT_GLOBS`, the same names compressed (``*.txt.gz``, ...), and files whose
 name has no extension (``copyright``, ``README``); ``--glob`` replaces that choice and ``--exclude``
 removes matches (patterns match the path relative to the folder, or the file name). A selected entry
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rag_dedup.app.progress import Phase, track
 from rag_dedup.app.readers import Unreadable, pdf_reader_available, read_text, text_format
 from rag_dedup.app.report import Chunk, Skipped
+from rag_dedup.app.saved import is_save
 
 if TYPE_CHECKING:  # pragma: no cover
     from rag_dedup.index import DedupIndex
@@ -98,12 +100,17 @@ def _default_choice(rel: str) -> bool:
     return "." not in plain or _matches(plain, DEFAULT_GLOBS)
 
 
-def _kind(mode: int) -> str:
+def _not_regular(mode: int) -> str:
+    """Why an entry of this mode is skipped: ``not a regular file``, with its kind when it has a name."""
     for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a device")):
         if test(mode):
-            return what
+            return f"not a regular file ({what})"
     return "not a regular file"
+
+
+#: Why a sub-folder that is a save is not read (its chunks.json holds every chunk of an earlier scan).
+SAVE_SKIPPED = "a rag-dedup save (written by scan --save), not part of the corpus"
 
 
 def discover(path: Path, globs: Sequence[str] | None, excludes: Sequence[str]) -> tuple[Path, list[tuple[str, str]],
@@ -120,6 +127,10 @@ def discover(path: Path, globs: Sequence[str] | None, excludes: Sequence[str]) -
         raise CorpusError(f"path not found: {escape_name(str(path))}")
     if not path.is_dir():
         return path.parent, [(escape_name(path.name), str(path))], []
+    if is_save(path):
+        name = escape_name(str(path))
+        raise CorpusError(f"{name} is a rag-dedup save (written by scan --save), not a corpus: ask it with "
+                          f"rag-dedup query {name} \"your question\", or scan the folder it was made from")
 
     def chosen(rel: str) -> bool:
         picked = _default_choice(rel) if globs is None else _matches(rel, globs)
@@ -146,9 +157,19 @@ def discover(path: Path, globs: Sequence[str] | None, excludes: Sequence[str]) -
             rel = prefix + entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    subfolders.append((rel + "/", entry.path))
+                    if is_save(Path(entry.path)):
+                        seen_any = True
+                        skipped.append(Skipped(escape_name(rel + "/"), SAVE_SKIPPED))
+                    else:
+                        subfolders.append((rel + "/", entry.path))
                     continue
                 seen_any = True
+                if entry.is_symlink() and entry.is_dir():
+                    if _matches(rel, excludes):
+                        continue
+                    skipped.append(Skipped(escape_name(rel), "a symbolic link to a folder, not followed (give the folder "
+                                                             "it points to as a path of its own to read it)"))
+                    continue
                 if not chosen(rel):
                     continue
                 if entry.is_file():
@@ -156,7 +177,7 @@ def discover(path: Path, globs: Sequence[str] | None, excludes: Sequence[str]) -
                 elif entry.is_symlink() and not os.path.exists(entry.path):
                     skipped.append(Skipped(escape_name(rel), "broken symbolic link"))
                 else:
-                    skipped.append(Skipped(escape_name(rel), f"not a regular file ({_kind(entry.stat().st_mode)})"))
+                    skipped.append(Skipped(escape_name(rel), _not_regular(entry.stat().st_mode)))
             except OSError as e:
                 skipped.append(Skipped(escape_name(rel), f"unreadable: {e.strerror or e}"))
         stack.extend(reversed(subfolders))  # depth first, in name order
@@ -213,6 +234,7 @@ def read_corpus(path: Path, globs: Sequence[str] | None = None, excludes: Sequen
             f"no files to read in {escape_name(str(path))}: none matches {chosen}"
             + (f" outside {' '.join(excludes)}" if excludes else "")
             + " (use --glob to choose files)"
+            + (f"; {len(skipped)} skipped (each named in a 'skipped' warning)" if skipped else "")
         )
     corpus = Corpus(root=root, files=len(files), skipped=list(skipped))
     current = Phase("reading")

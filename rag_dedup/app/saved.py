@@ -79,8 +79,10 @@ def check_output_file(path: Path, option: str) -> None:
 
 
 def is_save(directory: Path) -> bool:
-    """Whether ``directory`` looks like a save (holds ``chunks.json``)."""
-    return Path(directory).is_dir() and (Path(directory) / CHUNKS_FILE).is_file()
+    """Whether ``directory`` looks like a save: it holds ``chunks.json`` and the ``index`` folder, as
+    :func:`save_scan` writes them (a corpus folder may well hold a ``chunks.json`` of its own)."""
+    directory = Path(directory)
+    return directory.is_dir() and (directory / CHUNKS_FILE).is_file() and (directory / INDEX_DIR).is_dir()
 
 
 def recover_save(directory: Path) -> None:

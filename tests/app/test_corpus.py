@@ -226,3 +226,40 @@ def test_discover_walks_in_name_order_and_leaves_hidden_entries_out(tmp_path):
     assert [s for s, _ in files] == ["a.txt", "b/1.md", "b/2.txt", "notes"]
     corpus = read_corpus(tmp_path, ("*.png",), ())
     assert [s for s, _ in corpus.documents] == ["img.png"]  # chosen by --glob, sniffed as text
+
+
+def test_a_save_is_not_read_as_corpus_inside_a_folder_or_as_the_path(tmp_path, capsys):
+    """A save kept inside the corpus (``--save docs/.../dedup``) holds every chunk again in chunks.json:
+    reading it would make each chunk a duplicate of itself; a save given as the path is a mistake."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copyfile(GPL, docs / "gpl.txt")
+    assert main(["scan", str(docs), "--save", str(docs / "dedup")]) == 0
+    capsys.readouterr()
+    code, d, err = _scan_json([str(docs)], capsys)
+    assert code == 0 and d["documents"] == 1
+    assert [(s["path"], s["reason"]) for s in d["skipped"]] == [("dedup/", "a rag-dedup save (written by scan --save), not part of the corpus")]
+    assert d["clusters"] == _scan_json([str(docs / "gpl.txt")], capsys)[1]["clusters"]  # the save changed nothing
+    code = main(["scan", str(docs / "dedup")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a rag-dedup save" in err and f'rag-dedup query {docs / "dedup"}' in err
+    (docs / "data").mkdir()  # a folder of the corpus's own that happens to hold a chunks.json is read
+    (docs / "data" / "chunks.json").write_text(json.dumps({"chunks": [GPL.read_text(encoding="utf-8")[:2000]]}), encoding="utf-8")
+    code, d, _ = _scan_json([str(docs)], capsys)
+    assert code == 0 and d["documents"] == 2 and [s["path"] for s in d["skipped"]] == ["dedup/"]
+
+
+def test_a_symbolic_link_to_a_folder_is_skipped_with_that_reason(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    shutil.copyfile(GPL, tmp_path / "a" / "gpl.txt")
+    os.symlink(tmp_path / "a", tmp_path / "b")  # read, it would read gpl.txt twice
+    code, d, _ = _scan_json([str(tmp_path)], capsys)
+    assert code == 0 and d["documents"] == 1
+    assert [s["path"] for s in d["skipped"]] == ["b"] and "symbolic link to a folder, not followed" in d["skipped"][0]["reason"]
+    os.unlink(tmp_path / "a" / "gpl.txt")
+    code = main(["scan", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no files to read" in err and "1 skipped (each named in a 'skipped' warning)" in err
+    shutil.copyfile(GPL, tmp_path / "a" / "gpl.txt")
+    code, d, _ = _scan_json([str(tmp_path), "--exclude", "b"], capsys)
+    assert code == 0 and d["skipped"] == []  # excluded: not read and not reported
