@@ -492,6 +492,16 @@ def test_tls_urls_work_and_an_untrusted_certificate_is_a_clear_error(redis_serve
     assert "tls-pw" not in str(info.value)
 
 
+def test_a_url_with_the_wrong_tls_scheme_gets_a_hint_naming_the_other(redis_server, redis_server_factory):
+    tls = redis_server_factory(tls=True)
+    plain_to_tls = tls.url.split("?")[0].replace("rediss://", "redis://")
+    with pytest.raises(RedisUnavailable, match=r"closed the connection without a reply.*use rediss://"):
+        DedupIndex(storage=plain_to_tls, namespace="tls")
+    tls_to_plain = redis_server.url.replace("redis://", "rediss://")
+    with pytest.raises(RedisUnavailable, match=r"does not answer on that port.*never answers its handshake \(for a plain server use redis://"):
+        DedupIndex(storage=RedisStorage(tls_to_plain, namespace="tls", socket_timeout=1))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

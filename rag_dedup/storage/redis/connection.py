@@ -140,6 +140,15 @@ def connect(
         client.close()
         if "certificate" in str(exc).lower() or "ssl" in str(exc).lower():
             hint = "for rediss://, the server's certificate must verify: add ?ssl_ca_certs=/path/to/ca.pem to the URL"
+        elif url.lower().startswith("rediss://") and "timeout" in str(exc).lower():
+            # redis-py reports a TCP connect and a TLS handshake that time out alike. A server without
+            # TLS on that port reads the handshake as the start of a command and waits for the rest.
+            hint = ("either the host does not answer on that port (a firewall, a wrong host), or the port is "
+                    "plain Redis: rediss:// speaks TLS, and a port without TLS never answers its handshake "
+                    "(for a plain server use redis://, for TLS the port of its tls-port setting)")
+        elif url.lower().startswith("redis://") and any(m in str(exc).lower() for m in ("reset by peer", "closed by server")):
+            hint = ("the server closed the connection without a reply, as a TLS port does to a client without TLS: "
+                    "if it serves TLS, use rediss:// (with ?ssl_ca_certs=/path/to/ca.pem for a private CA)")
         else:
             hint = "is redis-server running there? (apt-get install redis-server; redis-server --port 6379)"
         raise RedisUnavailable(f"cannot reach Redis at {redact(url)} ({exc}); {hint}") from exc
