@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.schema import ImageNode, IndexNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, IndexNode, NodeWithScore, QueryBundle, TextNode
 
 from rag_dedup.collapse import is_blank
 from rag_dedup.index import DedupIndex
@@ -34,6 +35,10 @@ from rag_dedup.llama_index.postprocessor import DedupPostprocessor
 from rag_dedup.settings import check_fetch_factor, check_top
 
 __all__ = ["DistinctRetriever"]
+
+#: A query's IndexNode expansions: (node id, id of its target) -> (the target, what it brought). The
+#: target is kept so that its id stays its own while the query runs.
+_Expansions = dict[tuple[str, int], tuple[Any, list[NodeWithScore]]]
 
 
 def _corpus_size(retriever: BaseRetriever) -> int | None:
@@ -182,16 +187,53 @@ class DistinctRetriever(BaseRetriever):
         ran_out = fetched < k and (not fused or fetched <= before)
         return distinct >= self.top_k or ran_out or not self._sets_top_k or k >= self._cap()
 
+    def _link_target(self, n: NodeWithScore) -> Any:
+        """What ``n`` leads to when it is an IndexNode that leads somewhere (``BaseRetriever``'s
+        expansion replaces it with what that brings), else None."""
+        node = n.node
+        return (node.obj or self.object_map.get(node.index_id)) if isinstance(node, IndexNode) else None
+
+    def _expanded(self, fetched: list[NodeWithScore], expansions: _Expansions) -> list[NodeWithScore]:
+        """``BaseRetriever._handle_recursive_retrieval`` of ``fetched``, from the expansions of its
+        IndexNodes made for this query (by node id and target: a deeper fetch brings the earlier ones
+        again), each node id once, its first occurrence kept, as there. A node or a query engine's
+        answer takes the IndexNode's score, as there, which a deeper fetch may have changed (fused
+        scores are rescaled); what a retriever brings keeps its own scores."""
+        out: list[NodeWithScore] = []
+        for n in fetched:
+            target = self._link_target(n)
+            if target is None:
+                out.append(n)
+            elif isinstance(target, (BaseNode, BaseQueryEngine)):
+                out.extend(NodeWithScore(node=c.node, score=n.score or 1.0) for c in expansions[(n.node.node_id, id(target))][1])
+            else:
+                out.extend(expansions[(n.node.node_id, id(target))][1])
+        seen: set[str] = set()
+        return [n for n in out if not (n.node.node_id in seen or seen.add(n.node.node_id))]  # type: ignore[func-returns-value]
+
+    def _unexpanded(self, fetched: list[NodeWithScore], expansions: _Expansions) -> list[tuple[tuple[str, int], NodeWithScore]]:
+        """The IndexNodes of ``fetched`` that lead somewhere and were not expanded for this query yet, by key."""
+        out: dict[tuple[str, int], NodeWithScore] = {}
+        for n in fetched:
+            target = self._link_target(n)
+            if target is not None and (key := (n.node.node_id, id(target))) not in expansions:
+                out.setdefault(key, n)
+        return list(out.items())
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.last_fetches = []
         k, before = self._first_fetch(), -1
+        expansions: _Expansions = {}
         while True:
             with self._lock, self._top_k_set(k):
                 fetched = self.retriever.retrieve(query_bundle)
             self.last_fetches.append(k)
             # IndexNodes expanded here, before the collapse (BaseRetriever.retrieve would expand them
-            # after _retrieve, and what they bring would then be neither collapsed nor counted).
-            distinct, count = self._collapse(self._handle_recursive_retrieval(query_bundle, fetched))
+            # after _retrieve, and what they bring would then be neither collapsed nor counted); each
+            # once per query, not again at every deeper fetch (it may run a retriever or a query engine).
+            for key, n in self._unexpanded(fetched, expansions):
+                expansions[key] = (self._link_target(n), self._handle_recursive_retrieval(query_bundle, [n]))
+            distinct, count = self._collapse(self._expanded(fetched, expansions))
             if self._done(k, len(fetched), count, before):
                 return distinct
             before, k = len(fetched), min(2 * k, self._cap())
@@ -207,12 +249,15 @@ class DistinctRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.last_fetches = []
         k, before = self._first_fetch(), -1
+        expansions: _Expansions = {}
         while True:
             async with self._alock():
                 with self._top_k_set(k):
                     fetched = await self.retriever.aretrieve(query_bundle)
             self.last_fetches.append(k)
-            distinct, count = self._collapse(await self._ahandle_recursive_retrieval(query_bundle, fetched))
+            for key, n in self._unexpanded(fetched, expansions):
+                expansions[key] = (self._link_target(n), await self._ahandle_recursive_retrieval(query_bundle, [n]))
+            distinct, count = self._collapse(self._expanded(fetched, expansions))
             if self._done(k, len(fetched), count, before):
                 return distinct
             before, k = len(fetched), min(2 * k, self._cap())

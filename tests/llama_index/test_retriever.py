@@ -306,3 +306,50 @@ def test_an_empty_text_node_takes_no_top_k_place(chunks):
     assert [n.node_id for n in plain[:6]] == [n.node_id for n in empties]  # they do come first
     got = DistinctRetriever(index.as_retriever(), top_k=4).retrieve(QUERIES[0])
     assert sum(1 for n in got if n.node.get_content().strip()) == 4
+
+
+class _Counting(_Linked):
+    """A linked retriever that counts how often it is entered."""
+
+    def __init__(self, text: str) -> None:
+        self.calls = 0
+        super().__init__(text)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self.calls += 1
+        return super()._retrieve(query_bundle)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_an_index_node_is_expanded_once_per_query_however_deep_the_fetches(documents, run):
+    """Each deeper fetch brings the IndexNodes of the one before again: entering what they point at (a
+    retriever, a query engine: an LLM call) again gives the same nodes, at the same cost."""
+    licences = [d for d in documents if d.id_.startswith("licenses/")]
+    mirrors = [Document(text=d.text, id_=f"{d.id_}#mirror{m}") for d in licences for m in range(4)]
+    nodes = SentenceChunker().get_nodes_from_documents(licences + mirrors)
+    query = "THIS SOFTWARE IS PROVIDED AS IS WITHOUT WARRANTY; IN NO EVENT SHALL THE COPYRIGHT HOLDER BE LIABLE"
+    top = bm25(nodes, 1).retrieve(query)[0].node
+    linked = _Counting("A passage found only through the link, about something else entirely: the weather in May.")
+    link = IndexNode(text=top.get_content(), index_id="linked", id_="link")
+    retriever = DistinctRetriever(bm25([link, *nodes], 10), top_k=10, objects=[IndexNode(text=link.text, index_id="linked", obj=linked)])
+    got = retriever.retrieve(query) if run == "sync" else asyncio.run(retriever.aretrieve(query))
+    assert len(retriever.last_fetches) > 1 and linked.calls == 1
+    ids = [n.node_id for n in got]
+    assert len(got) == 10 and "copy0" in ids and "copy1" not in ids and "link" not in ids
+    assert distinct_evidence_ratio(got) == 1.0
+    # What LlamaIndex's own expansion of the last fetch gives, collapsed: the same nodes and scores.
+    with retriever._top_k_set(retriever.last_fetches[-1]):
+        last = retriever.retriever.retrieve(query)
+    expected, _ = retriever._collapse(retriever._handle_recursive_retrieval(QueryBundle(query), last))
+    assert [(n.node_id, n.score) for n in got] == [(n.node_id, n.score) for n in expected]
+
+
+def test_a_linked_node_takes_the_score_of_its_index_node_in_each_fetch(chunks):
+    """A node behind an IndexNode comes back with the IndexNode's score, as BaseRetriever gives it."""
+    target = TextNode(text=chunks[0].text, id_="target")
+    link = IndexNode(text=chunks[200].text, index_id="t", id_="link")
+    retriever = DistinctRetriever(bm25([link, *chunks[1:40]], 10), top_k=3, objects=[IndexNode(text=link.text, index_id="t", obj=target)])
+    query = " ".join(chunks[200].text.split()[:20])
+    got = retriever.retrieve(query)
+    score = {n.node_id: n.score for n in bm25([link, *chunks[1:40]], 10).retrieve(query)}["link"]
+    assert [(n.node_id, n.score) for n in got if n.node_id == "target"] == [("target", score)]
