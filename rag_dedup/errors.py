@@ -7,6 +7,7 @@ still works where it did::
     RagDedupError
      ├── InvalidTextError (ValueError)     a key, source or text is not valid Unicode (a lone surrogate)
      ├── IndexMismatchError (ValueError)   a stored index has other parameters, or another format
+     ├── KeyConflictError (ValueError)     a key added is in the index already with another text or metadata
      ├── CorruptIndexError (ValueError)    a saved file or a stored value is damaged; names the file or key
      │    ├── NamespaceLost                a Redis namespace lost its parameters or counters (eviction,
      │    │                                a restart without persistence, a flush)
@@ -31,6 +32,7 @@ __all__ = [
     "CorruptResultError",
     "IndexMismatchError",
     "InvalidTextError",
+    "KeyConflictError",
     "LockLost",
     "LockTimeout",
     "NamespaceLost",
@@ -58,6 +60,14 @@ class InvalidTextError(RagDedupError, ValueError):
 
 class IndexMismatchError(RagDedupError, ValueError):
     """A stored index was made with other parameters than the ones asked for, or by another format."""
+
+
+class KeyConflictError(RagDedupError, ValueError):
+    """``add``/``add_many`` of a key that the index holds already with another text or metadata.
+
+    Adding an identical item again is a no-op; to replace an item, ``remove`` it first or use
+    ``DedupIndex.update``. The message names the key. Nothing of the batch that held it was added.
+    """
 
 
 class CorruptIndexError(RagDedupError, ValueError):

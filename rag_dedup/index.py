@@ -65,7 +65,7 @@ from rag_dedup import compiled, lsh, settings
 from rag_dedup._gc import gc_paused
 from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
 from rag_dedup.compiled.index import jaccard_of, pair_jaccard
-from rag_dedup.errors import CorruptIndexError, IndexMismatchError
+from rag_dedup.errors import CorruptIndexError, IndexMismatchError, KeyConflictError
 from rag_dedup.finite import is_finite_number
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
@@ -348,8 +348,9 @@ class DedupIndex:
             TypeError: ``key`` or ``text`` (or another argument) has the wrong type.
             InvalidTextError: ``key``, ``text`` or ``source`` holds a lone surrogate (not valid Unicode;
                 see :mod:`rag_dedup.surrogates`); nothing is added.
-            ValueError: ``key`` is already in the index with another text or metadata (``remove`` it
-                first to replace it). Adding an identical item again is a no-op.
+            KeyConflictError: ``key`` is already in the index with another text or metadata (``remove``
+                it first to replace it, or use :meth:`update`); a ``ValueError``. Adding an identical
+                item again is a no-op.
         """
         item = _parse_item(key, text, source, authority, first_seen, where="")
         previous: dict[str, str] = {}
@@ -521,7 +522,7 @@ class DedupIndex:
             One :class:`Match` per item, as things stand after the whole batch.
 
         Raises:
-            TypeError, ValueError, InvalidTextError: As :meth:`add`, naming the offending item
+            TypeError, ValueError, InvalidTextError, KeyConflictError: As :meth:`add`, naming the offending item
                 (``items[i]``) and argument; nothing is added then
                 from the batch that held it (batches of 1,024 items, or of a sixteenth of the
                 items already indexed when that is more, at most 16,384).
@@ -658,7 +659,7 @@ class DedupIndex:
                     continue
                 gid = EMPTY_GROUP if d is None else gid_of[d]
                 if old != (gid, len(item.text), item.source, item.authority, item.first_seen):
-                    raise ValueError(
+                    raise KeyConflictError(
                         f"key {item.key!r} is already in the index with another text or metadata; "
                         "remove() it first to replace it"
                     )

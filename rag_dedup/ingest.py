@@ -59,6 +59,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from rag_dedup.errors import KeyConflictError
 from rag_dedup.index import DedupIndex, Match
 
 __all__ = ["Decision", "Ingestor", "Ledger", "Mode", "Verdict"]
@@ -175,7 +176,12 @@ class Ingestor(Generic[P]):
         elif any(self.index.contains_many([item["key"] for item in batch])):  # type: ignore[misc]
             matches = {m.key: m for m in self.index.update(batch)[0]}  # one step, replacing what changed
         else:  # nothing to replace: add_many, which a shared store commits without its lock
-            matches = {m.key: m for m in self.index.add_many(batch)}
+            try:
+                matches = {m.key: m for m in self.index.add_many(batch)}
+            except KeyConflictError:
+                # Another worker added one of the keys with another text since contains_many looked:
+                # replace it, as the update above does (what add_many committed before stays: unchanged).
+                matches = {m.key: m for m in self.index.update(batch)[0]}
         return self.decide([(key, payload) for key, _, _, payload in items], matches)
 
     def decide(self, items: Sequence[tuple[str, P]], matches: Mapping[str, Match]) -> Decision[P]:

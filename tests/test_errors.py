@@ -16,6 +16,7 @@ from rag_dedup import errors
         pytest.param("CorruptIndexError", ValueError, id="corrupt"),
         pytest.param("IndexMismatchError", ValueError, id="mismatch"),
         pytest.param("InvalidTextError", ValueError, id="invalid-text"),
+        pytest.param("KeyConflictError", ValueError, id="key-conflict"),
         pytest.param("NamespaceLost", ValueError, id="namespace-lost"),
         pytest.param("SharedIndexRequired", RuntimeError, id="shared-required"),
         pytest.param("RedisUnavailable", ConnectionError, id="unavailable"),

@@ -136,3 +136,22 @@ def test_an_id_written_again_with_another_text_replaces_it_as_the_stores_do() ->
     # Both passages are in the store now, each once: the old one by "other" (passed then, or promoted now).
     stored = {v.key for v in before.passed()} | {v.key for v in decision.passed()}
     assert stored == {"readme#0", "other"} and ingest.ledger.passed == stored
+
+
+def test_a_key_another_worker_added_after_the_check_is_replaced_not_an_error(monkeypatch) -> None:
+    """Two workers ingesting a new version of one document: the other's add lands between this one's
+    look for the keys (none there) and its add_many, which then finds the key with another text."""
+    from rag_dedup import KeyConflictError
+
+    (_, first, _), (_, second, _), *_ = paragraphs()
+    index = DedupIndex()
+    index.add_many([("readme#0", first)])  # the other worker's version, added "meanwhile"
+    with pytest.raises(KeyConflictError, match="'readme#0' is already in the index with another text"):
+        index.add_many([("readme#0", second)])
+    monkeypatch.setattr(index, "contains_many", lambda keys: [False] * len(keys))  # the look, before that add
+    (verdict,) = Ingestor(index, mode="tag").run([("readme#0", second, "readme", "v2")]).verdicts
+    assert verdict.passed and verdict.duplicate_of is None
+    assert index.resolve("readme#0") == "readme#0" and len(index) == 1
+    reference = DedupIndex()
+    reference.add_many([("readme#0", second)])
+    assert index.match("readme#0") == reference.match("readme#0")
