@@ -69,7 +69,7 @@ from rag_dedup.shingles import _NO_SETTLED, _PIECE_BYTES, DEFAULT_NGRAM, _stream
 from rag_dedup.similarity import TextSimilarity
 from rag_dedup.surrogates import check_unicode
 
-__all__ = ["Collapser", "Fold", "Kept", "Passage", "is_blank", "rounded"]
+__all__ = ["Collapser", "Fold", "Kept", "Passage", "first_of_each_key", "is_blank", "rounded"]
 
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(53))
 _NO_VALUES = np.empty(0, dtype=np.uint64)
@@ -661,6 +661,21 @@ def _grouped(rows: np.ndarray, similarity: np.ndarray, positions: list[int] | No
             last = b
         group.append((a, reasons[r], None if s != s else s))
     return folds
+
+
+def first_of_each_key(keys: Sequence[str]) -> list[int] | None:
+    """The positions of each key's first occurrence, in order; None when no key comes twice (the
+    common case: nothing to leave out).
+
+    A key that comes again in one retrieved list is the same document retrieved twice (by two
+    retrievers of a fusion; a Haystack or LangChain id is a digest of the content and metadata when
+    none was given), as every framework's store holds one document per id: the adapters keep its first
+    occurrence and leave the later ones out, rather than fold the document into itself as its own copy.
+    """
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    return None if len(first) == len(keys) else list(first.values())
 
 
 def is_blank(text: str) -> bool:

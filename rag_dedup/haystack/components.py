@@ -23,7 +23,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker
 from rag_dedup.chunking.bundled import default_tokenizer
-from rag_dedup.collapse import Collapser, Kept, Passage
+from rag_dedup.collapse import Collapser, Kept, Passage, first_of_each_key
 from rag_dedup.haystack.ledger import encode_ledger, load_ledger, save_ledger
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Verdict
@@ -335,7 +335,8 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:
-        """The distinct documents among ``documents``, in their order, at most ``top_k``."""
+        """The distinct documents among ``documents``, in their order, at most ``top_k`` (a document given
+        twice, by its id, counts once: see :func:`~rag_dedup.collapse.first_of_each_key`)."""
         _check_top_k(top_k)
         for i, doc in enumerate(documents):
             if not isinstance(doc, Document):
@@ -343,7 +344,11 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         limit = top_k if top_k is not None else self.top_k
         collapser = self._ready()
         if collapser.merge_overlaps:
-            kept = collapser.collapse([_passage(d, self.source_key) for d in documents], top_n=limit)
+            passages = [_passage(d, self.source_key) for d in documents]
+            keep = first_of_each_key([p.key for p in passages])
+            if keep is not None:  # a document retrieved twice is one document
+                documents, passages = [documents[i] for i in keep], [passages[i] for i in keep]
+            kept = collapser.collapse(passages, top_n=limit)
         else:  # _passage's columns without the spans: this runs for every document of every query
             keys, texts, scores, stamps, sources = [], [], [], [], []
             for doc in documents:
@@ -356,6 +361,10 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
                 stamps.append(cluster if isinstance(cluster, str) else None)
                 source = meta.get(self.source_key, meta.get("source_id"))  # as DocumentDeduplicator's
                 sources.append(source if isinstance(source, str) else None)
+            keep = first_of_each_key(keys)
+            if keep is not None:  # a document retrieved twice is one document
+                documents = [documents[i] for i in keep]
+                keys, texts, scores, stamps, sources = ([column[i] for i in keep] for column in (keys, texts, scores, stamps, sources))
             kept = collapser.collapse_columns(keys, texts, scores, stamps, limit, sources)
         return {"documents": [_survivor(k, documents) for k in kept]}
 

@@ -27,7 +27,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from rag_dedup._pydantic import shallow_copy
-from rag_dedup.collapse import Collapser, Kept, Passage
+from rag_dedup.collapse import Collapser, Kept, Passage, first_of_each_key
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.transformer import document_key
 from rag_dedup.settings import check_threshold, check_top
@@ -68,7 +68,8 @@ def _score(meta: dict[str, Any]) -> float | None:
 def collapse_documents(
     collapser: Collapser, documents: Sequence[Document], top_n: int | None, source_key: str = "source"
 ) -> list[Document]:
-    """The kept documents, in input order, each a copy carrying what was folded into it.
+    """The kept documents, in input order, each a copy carrying what was folded into it (a document
+    given twice, by its key, counts once: see :func:`~rag_dedup.collapse.first_of_each_key`).
 
     Raises:
         TypeError: An item is not a LangChain ``Document``.
@@ -77,7 +78,11 @@ def collapse_documents(
         if not isinstance(doc, Document):
             raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a langchain_core Document")
     if collapser.merge_overlaps:
-        kept = collapser.collapse([_passage(d, source_key) for d in documents], top_n=top_n)
+        passages = [_passage(d, source_key) for d in documents]
+        keep = first_of_each_key([p.key for p in passages])
+        if keep is not None:  # a document retrieved twice is one document
+            documents, passages = [documents[i] for i in keep], [passages[i] for i in keep]
+        kept = collapser.collapse(passages, top_n=top_n)
     else:  # _passage's columns without the spans: this runs for every document of every query
         keys, texts, scores, stamps, sources = [], [], [], [], []
         for doc in documents:
@@ -91,6 +96,10 @@ def collapse_documents(
             stamps.append(cluster if type(cluster) is str or isinstance(cluster, str) else None)
             source = meta.get(source_key)
             sources.append(source if type(source) is str or isinstance(source, str) else None)
+        keep = first_of_each_key(keys)
+        if keep is not None:  # a document retrieved twice is one document
+            documents = [documents[i] for i in keep]
+            keys, texts, scores, stamps, sources = ([column[i] for i in keep] for column in (keys, texts, scores, stamps, sources))
         kept = collapser.collapse_columns(keys, texts, scores, stamps, top_n, sources)
     return [_survivor(k, documents, source_key) for k in kept]
 

@@ -47,7 +47,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, ImageNode, NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from rag_dedup.collapse import _ROUNDED, Collapser, Kept, Passage, rounded
+from rag_dedup.collapse import _ROUNDED, Collapser, Kept, Passage, first_of_each_key, rounded
 from rag_dedup.index import DedupIndex
 from rag_dedup.llama_index._nodes import presigned, private, shallow_copy
 from rag_dedup.llama_index.metadata import DEDUP_CLUSTER, DEDUP_COLLAPSED, collapsed_entry, dedup_text
@@ -277,13 +277,13 @@ class DedupPostprocessor(BaseNodePostprocessor):
         that carry evidence (``None``: all; a node with blank text takes no place).
 
         A node id that comes again (the same node retrieved twice, by two retrievers of a fusion) is one
-        node, as in LlamaIndex's stores: its later occurrences are left out, not folded in as copies."""
+        node, as in LlamaIndex's stores: its later occurrences are left out, not folded in as copies
+        (:func:`~rag_dedup.collapse.first_of_each_key`)."""
         if not nodes:
             return []
-        ids = {nws.node.id_ for nws in nodes}
-        if len(ids) < len(nodes):
-            seen: set[str] = set()
-            nodes = [nws for nws in nodes if not (nws.node.id_ in seen or seen.add(nws.node.id_))]  # type: ignore[func-returns-value]
+        keep = first_of_each_key([nws.node.id_ for nws in nodes])
+        if keep is not None:
+            nodes = [nodes[i] for i in keep]
         collapser = self._collapser()
         if self.merge_overlaps:
             passages = [_passage_with_span(nws) for nws in nodes]

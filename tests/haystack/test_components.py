@@ -384,3 +384,14 @@ def test_tag_mode_does_not_read_the_drop_record(tmp_path) -> None:  # type: igno
     tag = DocumentDeduplicator(index_path=str(path))
     tag.warm_up()
     assert len(tag.index) == 10
+
+
+@pytest.mark.parametrize("merge_overlaps", [False, True])
+def test_a_document_retrieved_twice_is_one_document_not_a_copy_of_itself(store: InMemoryDocumentStore, merge_overlaps: bool) -> None:
+    fetched = InMemoryBM25Retriever(store, top_k=3).run(query=QUERIES[0])["documents"]
+    doubled = [fetched[0], *fetched, dataclasses.replace(fetched[1])]  # the same id twice more
+    collapser = DuplicateCollapser(merge_overlaps=merge_overlaps)
+    got = collapser.run(doubled)["documents"]
+    assert [d.id for d in got] == [d.id for d in collapser.run(fetched)["documents"]]
+    for d in got:
+        assert d.id not in {e["id"] for e in d.meta.get(DEDUP_COLLAPSED, [])}

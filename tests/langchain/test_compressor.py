@@ -99,3 +99,16 @@ def test_a_metadata_value_that_cannot_be_copied_is_shared_not_an_error() -> None
     docs = [Document(text, id="1", metadata={"lock": lock}), Document(text.upper(), id="2")]
     (kept,) = DedupCompressor().compress_documents(docs, "q")
     assert kept.metadata["lock"] is lock
+
+
+@pytest.mark.parametrize("merge_overlaps", [False, True])
+def test_a_document_retrieved_twice_is_one_document_not_a_copy_of_itself(bm25: BM25Retriever, merge_overlaps: bool) -> None:
+    """Two retrievers of an ensemble both bring a document: by its key (its id, else the digest of its
+    text and metadata) it is one document, returned once, citing nothing it is not."""
+    fetched = bm25.invoke(QUERIES[0])
+    doubled = [fetched[0], *fetched[:3], fetched[1].model_copy()]  # equal documents: the same key
+    compressor = DedupCompressor(merge_overlaps=merge_overlaps)
+    got = compressor.compress_documents(doubled, QUERIES[0])
+    assert [document_key(d) for d in got] == [document_key(d) for d in compressor.compress_documents(fetched[:3], QUERIES[0])]
+    for d in got:
+        assert document_key(d) not in {e["id"] for e in d.metadata.get(DEDUP_COLLAPSED, [])}
