@@ -50,7 +50,7 @@ from rag_dedup.spark.graph import connected_components
 from rag_dedup.spark.session import require_pyspark
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["COLUMNS", "RESULT_FORMAT", "DedupResult", "dedup_dataframe", "dedup_job", "write_result"]
 
@@ -161,16 +161,16 @@ def dedup_job(
     def checkpoint(frame: DataFrame) -> DataFrame:
         return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
-    cols = [F.col(key).alias("key"), F.col(text).alias("text")]
+    cols = [_column(key).alias("key"), _column(text).alias("text")]
     if source:
-        cols.append(F.col(source).alias("source"))
+        cols.append(_column(source).alias("source"))
     if authority:
-        cols.append(F.col(authority).cast("double").alias("authority"))
+        cols.append(_column(authority).cast("double").alias("authority"))
     if first_seen:
-        cols.append(F.col(first_seen).cast("double").alias("first_seen"))
+        cols.append(_seconds(df, first_seen).alias("first_seen"))
     chunks = _spread(df.select(*cols)) if repartition else df.select(*cols)
     try:
-        _check_rows(chunks, key, text, authority)
+        _check_rows(chunks, key, text, authority, first_seen)
         # 1. hash
         hashed = checkpoint(
             chunks.mapInArrow(
@@ -269,6 +269,28 @@ def _spread(chunks: DataFrame) -> DataFrame:
     return chunks.repartition(partitions, F.col("key")).persist(StorageLevel.MEMORY_AND_DISK)
 
 
+def _column(name: str) -> Column:
+    """The column named ``name``, taken literally: a dot in it is part of the name, not a struct field."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _seconds(df: DataFrame, name: str) -> Column:
+    """Column ``name`` (a number or a timestamp) as POSIX seconds, a double, as DedupIndex reads first_seen:
+    a timestamp without a time zone (``TIMESTAMP_NTZ``, a naive datetime) is read as UTC, as the index reads a
+    naive datetime; Spark refuses to cast one to a number. Null stays null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(df.schema[name].dataType, T.TimestampNTZType):
+        # Microseconds since the epoch (exact in a long), then seconds: micros / 1e6 rounded once, as
+        # Python's datetime.timestamp() computes it for an aware datetime.
+        micros = F.expr("timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', `" + name.replace("`", "``") + "`)")
+        return micros.cast("double") / F.lit(1e6)
+    return _column(name).cast("double")
+
+
 def _check_columns(df: DataFrame, key: str, text: str, source: str | None, authority: str | None, first_seen: str | None) -> None:
     """Refuse a missing column or one of the wrong type, with the column and the fix named."""
     from pyspark.sql import types as T
@@ -298,29 +320,41 @@ def _check_columns(df: DataFrame, key: str, text: str, source: str | None, autho
             )
 
 
-def _check_rows(chunks: DataFrame, key: str, text: str, authority: str | None) -> None:
-    """Refuse what DedupIndex.add_many would refuse, with the column (as the caller named it) and example keys.
+def _check_rows(chunks: DataFrame, key: str, text: str, authority: str | None, first_seen: str | None = None) -> None:
+    """Refuse what DedupIndex.add_many would refuse, with the column (as the caller named it) and example keys:
+    a null or empty key, a key twice, a null text, an authority that is null, NaN or infinite, a first_seen that
+    is NaN or infinite (null is allowed there: unknown, which counts as latest).
 
-    ``chunks`` has the job's column names (``key``, ``text``, ``authority`` as a double).
+    ``chunks`` has the job's column names (``key``, ``text``, ``authority`` and ``first_seen`` as doubles).
     """
     from pyspark.sql import functions as F
 
-    # One pass: each key's row count, null texts and non-finite authorities.
+    def not_finite(c: Column) -> Column:  # NaN or +-inf; null for null
+        return F.isnan(c) | (F.abs(c) == float("inf"))
+
+    # One pass: each key's row count, null texts, bad authorities and bad first_seen values.
     flags = [F.count("*").alias("rows"), F.sum(F.col("text").isNull().cast("int")).alias("nulls")]
     if authority is not None:
         a = F.col("authority")
-        flags.append(F.sum((F.isnan(a) | (F.abs(a) == float("inf"))).cast("int")).alias("infinite"))
+        flags.append(F.sum((a.isNull() | not_finite(a)).cast("int")).alias("infinite"))
     else:
         flags.append(F.lit(0).alias("infinite"))
+    if first_seen is not None:
+        flags.append(F.sum(F.coalesce(not_finite(F.col("first_seen")), F.lit(False)).cast("int")).alias("unseen"))
+    else:
+        flags.append(F.lit(0).alias("unseen"))
     per_key = chunks.groupBy(F.col("key").alias("k")).agg(*flags)
     bad = per_key.where(
         F.col("k").isNull() | (F.col("k") == "") | (F.col("rows") > 1) | (F.col("nulls") > 0) | (F.col("infinite") > 0)
+        | (F.col("unseen") > 0)
     )
-    examples = bad.orderBy(F.col("k").isNotNull(), F.col("k") != "", F.col("nulls") == 0, F.col("infinite") == 0, "k")
+    examples = bad.orderBy(
+        F.col("k").isNotNull(), F.col("k") != "", F.col("nulls") == 0, F.col("infinite") == 0, F.col("unseen") == 0, "k"
+    )
     found = examples.limit(_EXAMPLES).collect()
     if not found:
         return
-    k, _, nulls, infinite = found[0]
+    k, _, nulls, infinite, unseen = found[0]
     if k is None or k == "":
         raise ValueError(f"column {key!r} (key=) holds a null or empty key; every chunk needs a unique non-empty key")
     if nulls:
@@ -328,7 +362,10 @@ def _check_rows(chunks: DataFrame, key: str, text: str, authority: str | None) -
         raise ValueError(f"column {text!r} (text=) is null for key(s) {shown}; drop or fill those rows (an empty string is allowed)")
     if infinite:
         shown = [row[0] for row in found if row[3]]
-        raise ValueError(f"column {authority!r} (authority=) is not a finite number for key(s) {shown}")
+        raise ValueError(f"column {authority!r} (authority=) is null or not a finite number for key(s) {shown}")
+    if unseen:
+        shown = [row[0] for row in found if row[4]]
+        raise ValueError(f"column {first_seen!r} (first_seen=) is not a finite number for key(s) {shown} (null is allowed: unknown)")
     shown_rows = ", ".join(f"{row[0]!r} ({row[1]} rows)" for row in found)
     raise ValueError(f"column {key!r} (key=) has duplicate keys: {shown_rows}; keys must be unique")
 

@@ -212,6 +212,54 @@ def test_bad_input_is_named(spark: Any, rows: list[tuple[Any, Any]], kwargs: dic
         dedup_dataframe(df, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("authority", "first_seen", "message"),
+    [
+        pytest.param(None, 1.0, r"column 'w' \(authority=\) is null or not a finite number for key\(s\) \['a'\]", id="null-authority"),
+        pytest.param(float("nan"), 1.0, r"column 'w' \(authority=\) is null or not a finite number", id="nan-authority"),
+        pytest.param(1.0, float("nan"), r"column 't' \(first_seen=\) is not a finite number for key\(s\) \['a'\]", id="nan-first-seen"),
+        pytest.param(1.0, float("-inf"), r"column 't' \(first_seen=\) is not a finite number", id="inf-first-seen"),
+    ],
+)
+def test_bad_policy_values_are_named(spark: Any, authority: float | None, first_seen: float, message: str) -> None:
+    """What DedupIndex refuses in authority and first_seen, the job refuses before any work, naming the key
+    (a null authority failed deep in a Python worker for a cluster, or was written and then refused by
+    load_index; a NaN first_seen made the representative depend on the members' order)."""
+    text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
+    with pytest.raises(TypeError):
+        DedupIndex().add_many([{"key": "a", "text": text, "authority": authority, "first_seen": first_seen}])
+    df = spark.createDataFrame([("a", text, authority, first_seen), ("b", text, 1.0, 5.0)], "k string, x string, w double, t double")
+    with pytest.raises(ValueError, match=message):
+        dedup_dataframe(df, key="k", text="x", authority="w", first_seen="t")
+
+
+def test_null_first_seen_and_naive_timestamps_as_the_index(spark: Any) -> None:
+    """A null first_seen is unknown (latest), and a TIMESTAMP_NTZ one is read as UTC, as DedupIndex reads a
+    naive datetime (Spark cannot cast it to a number: this raised a JVM AnalysisException)."""
+    import datetime as dt
+
+    text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
+    seen = {"a": dt.datetime(2021, 5, 1, 12, 0, 0, 250_000), "b": dt.datetime(2021, 5, 1, 11, 59, 59), "c": None}
+    rows = [(k, text, v) for k, v in seen.items()]
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("key", T.StringType()), T.StructField("text", T.StringType()),
+                           T.StructField("seen", T.TimestampNTZType())])
+    got = {r.key: (r.representative, r.kind) for r in dedup_dataframe(spark.createDataFrame(rows, schema), first_seen="seen").collect()}
+    index = DedupIndex()
+    index.add_many([{"key": k, "text": text, "first_seen": v} for k, v in seen.items()])
+    want = {m.key: (m.representative, m.kind) for m in index.matches(list(seen))}
+    assert got == want and got["a"][0] == "b"  # the earliest wins the tie
+
+
+def test_dotted_column_names_are_names(spark: Any) -> None:
+    """A column named with a dot is that column, not a struct field (this raised UNRESOLVED_COLUMN)."""
+    text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
+    df = spark.createDataFrame([("a", text, 2.0), ("b", text, 1.0)], "`doc.id` string, `doc.body` string, `doc.w` double")
+    got = {r.key: r.representative for r in dedup_dataframe(df, key="doc.id", text="doc.body", authority="doc.w").collect()}
+    assert got == {"a": "a", "b": "a"}
+
+
 def test_non_string_text_is_named(spark: Any) -> None:
     df = spark.createDataFrame([("a", 1), ("b", 2)], "key string, text long")
     with pytest.raises(TypeError, match=r"column 'text' \(text=\) has type bigint, must be string"):
