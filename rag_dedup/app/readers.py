@@ -7,8 +7,10 @@ reads in the "Skipped" list. The rules, in order:
    ``intro.2.gz`` is read like ``intro.2``, ``changelog.Debian.gz`` like ``changelog.Debian``. It is
    decompressed a block at a time: its first 8 KiB are sniffed (rule 2) before the rest, and one that
    decompresses to more than :data:`GZIP_MAX_BYTES` is skipped (a gzip bomb costs no more memory).
-2. A NUL byte in the first 8 KiB means a binary file.
-3. The bytes must decode as UTF-8 (strict).
+2. A byte order mark chooses the encoding: UTF-32 or UTF-16 (either byte order) is decoded strictly as
+   that encoding, and a UTF-8 mark is dropped; the mark is not part of the text.
+3. Without a mark, a NUL byte in the first 8 KiB means a binary file, and the bytes must decode as UTF-8
+   (strict).
 4. The suffix chooses the conversion: HTML is reduced to its visible text with the standard library's
    parser, JSON to the string values that hold prose, ``.txt .md .rst .text .markdown`` are taken as
    they are. Any other suffix, or none (Debian's ``copyright``, ``README``, man pages), is *sniffed*:
@@ -25,6 +27,7 @@ application (``examples/quickstart.py``) reads a folder exactly as ``rag-dedup s
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -47,6 +50,10 @@ __all__ = [
 
 #: Bytes looked at for a NUL that marks a binary file.
 SNIFF_BYTES = 8192
+
+#: Byte order marks and their encodings, the UTF-32 ones first (UTF-32-LE's mark begins with UTF-16-LE's).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+         (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"), (codecs.BOM_UTF8, "utf-8"))
 
 #: The most a ``.gz`` file may decompress to (256 MiB); a larger one is skipped.
 GZIP_MAX_BYTES = 256 << 20
@@ -171,19 +178,14 @@ def read_text(path: str) -> str:
     """The text of the file at ``path`` under the rules of the module docstring (not for PDF).
 
     Raises:
-        Unreadable: not a regular file, unreadable, not gzip though named ``.gz``, binary, not UTF-8,
-            or invalid JSON; the message is the reason.
+        Unreadable: not a regular file, unreadable, not gzip though named ``.gz``, binary, not UTF-8
+            (nor the encoding its byte order mark names), or invalid JSON; the message is the reason.
     """
     fmt, gz = text_format(os.path.basename(path))
     raw = _read_regular(path)
     if gz:
         raw = _gunzip(raw)
-    if b"\x00" in raw[:SNIFF_BYTES]:
-        raise Unreadable("binary file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise Unreadable(f"not UTF-8 text (byte {e.start})") from None
+    text = _decode(raw)
     if fmt == "html":
         return html_to_text(text)
     if fmt == "json":
@@ -196,13 +198,37 @@ def read_text(path: str) -> str:
     return text
 
 
+def _binary(head: bytes) -> bool:
+    """Whether a file that begins with ``head`` (its first SNIFF_BYTES) is binary: a NUL and no byte order
+    mark of an encoding whose text holds NUL bytes (UTF-16, UTF-32)."""
+    return b"\x00" in head and not any(head.startswith(bom) for bom, encoding in _BOMS if encoding != "utf-8")
+
+
+def _decode(raw: bytes) -> str:
+    """``raw`` as text under rules 2 and 3 of the module docstring."""
+    for bom, encoding in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw[len(bom):].decode(encoding)
+            except UnicodeDecodeError as e:
+                name = encoding.upper()
+                raise Unreadable(f"not {name} text though it begins with a {name} byte order mark "
+                                 f"(byte {len(bom) + e.start})") from None
+    if _binary(raw[:SNIFF_BYTES]):
+        raise Unreadable("binary file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"not UTF-8 text (byte {e.start})") from None
+
+
 def _gunzip(raw: bytes) -> bytes:
     """``raw`` decompressed, a block at a time: refused as binary as soon as its first SNIFF_BYTES hold
     a NUL, and as too large past GZIP_MAX_BYTES, before more is decompressed (see the module docstring)."""
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
             head = fh.read(SNIFF_BYTES)
-            if b"\x00" in head:
+            if _binary(head):
                 raise Unreadable("binary file")
             parts, size = [head], len(head)
             while block := fh.read(1 << 20):

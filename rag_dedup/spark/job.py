@@ -269,11 +269,16 @@ def _spread(chunks: DataFrame) -> DataFrame:
     return chunks.repartition(partitions, F.col("key")).persist(StorageLevel.MEMORY_AND_DISK)
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier taken literally: in backticks, a backtick in it doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _column(name: str) -> Column:
     """The column named ``name``, taken literally: a dot in it is part of the name, not a struct field."""
     from pyspark.sql import functions as F
 
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(_quoted(name))
 
 
 def _seconds(df: DataFrame, name: str) -> Column:
@@ -286,7 +291,7 @@ def _seconds(df: DataFrame, name: str) -> Column:
     if isinstance(df.schema[name].dataType, T.TimestampNTZType):
         # Microseconds since the epoch (exact in a long), then seconds: micros / 1e6 rounded once, as
         # Python's datetime.timestamp() computes it for an aware datetime.
-        micros = F.expr("timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', `" + name.replace("`", "``") + "`)")
+        micros = F.expr("timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', " + _quoted(name) + ")")
         return micros.cast("double") / F.lit(1e6)
     return _column(name).cast("double")
 

@@ -6,6 +6,8 @@ real text: the bundled examples/data, and small folders copied from tests/data/c
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import json
 import os
 import shutil
@@ -285,6 +287,37 @@ def test_unreadable_files_are_skipped_counted_and_warned(tmp_path, capsys):
     assert main(["scan", str(root)]) == 0
     out = capsys.readouterr().out
     assert "(5 file(s) skipped, see below)" in out and "image.txt: binary file" in out
+
+
+def test_text_with_a_byte_order_mark_is_read_in_the_encoding_it_names(tmp_path, capsys):
+    # Windows tools save UTF-16 with a mark; its NUL bytes are text, not a sign of a binary file.
+    root = tmp_path / "marked"
+    root.mkdir()
+    gpl = (CORPUS / "licenses" / "GPL-2.txt").read_text(encoding="utf-8")
+    (root / "a.txt").write_text(gpl, encoding="utf-8")
+    (root / "utf16.txt").write_bytes(gpl.encode("utf-16"))
+    (root / "utf16be.txt").write_bytes(codecs.BOM_UTF16_BE + gpl.encode("utf-16-be"))
+    (root / "utf32.txt").write_bytes(gpl.encode("utf-32"))
+    (root / "utf8sig.txt").write_bytes(gpl.encode("utf-8-sig"))
+    (root / "utf16.txt.gz").write_bytes(gzip.compress(gpl.encode("utf-16")))
+    # Failure injection: a mark followed by a lone surrogate, and UTF-16 without a mark (binary, as before).
+    (root / "bad16.txt").write_bytes(codecs.BOM_UTF16_LE + b"A\x00\x00\xd8B\x00")
+    (root / "nomark16.txt").write_bytes(gpl.encode("utf-16-le"))
+    assert main(["scan", str(root), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    reasons = {s["path"]: s["reason"] for s in d["skipped"]}
+    assert reasons == {
+        "bad16.txt": "not UTF-16-LE text though it begins with a UTF-16-LE byte order mark (byte 4)",
+        "nomark16.txt": "binary file",
+    }
+    # Every copy decodes to the same text, the mark dropped: each chunk is an exact copy of a.txt's, at the
+    # same character offsets.
+    assert d["documents"] == 6 and d["near_duplicates"] == 0
+    assert d["exact_duplicates"] == 5 * d["kept"] and d["cluster_count"] == d["kept"]
+    for cluster in d["clusters"]:
+        rep = cluster["representative"]
+        assert rep["source"] == "a.txt" and len(cluster["members"]) == 5
+        assert {(m["start"], m["end"]) for m in cluster["members"]} == {(rep["start"], rep["end"])}
 
 
 # --- bad input -------------------------------------------------------------------------------------------
