@@ -347,6 +347,66 @@ def test_command_reads_jsonl_writes_parquet_and_an_index(spark: Any, tmp_path: P
     assert code == 0 and spark_main([str(src), str(tmp_path / "out")]) == 2  # OUT exists: refused, not overwritten
 
 
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing input", "missing.jsonl not found"),
+        ("text named .txt", "is neither JSONL (name it .jsonl or .json) nor Parquet"),
+        ("folder of text read as Parquet", "cannot read {tmp}/folder as Parquet"),
+        ("a line that is not JSON", "chunks.jsonl: 1 line(s) are not JSON objects, the first: '{{not json'"),
+        ("OUT inside a file", "OUT {tmp}/plain.txt/out cannot be created: {tmp}/plain.txt is not a directory"),
+        ("--index inside a file", "--index {tmp}/plain.txt/index cannot be created"),
+    ],
+)
+def test_command_names_bad_paths_in_one_line(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             case: str, message: str) -> None:
+    """Each is exit status 2 and one line on stderr, before anything is written (a JVM trace before)."""
+    good = tmp_path / "chunks.jsonl"
+    rows = ['{"key": "a", "text": "Permission is hereby granted, free of charge, to any person."}',
+            '{"key": "b", "text": "The above copyright notice shall be included in all copies."}']
+    good.write_text("\n".join(rows) + "\n")
+    (tmp_path / "plain.txt").write_text("Permission is hereby granted, free of charge.\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "part-0").write_text("not parquet at all\n")
+    out = tmp_path / "out"
+    args = {
+        "missing input": [str(tmp_path / "missing.jsonl"), str(out)],
+        "text named .txt": [str(tmp_path / "plain.txt"), str(out)],
+        "folder of text read as Parquet": [str(tmp_path / "folder"), str(out)],
+        "a line that is not JSON": [str(good), str(out)],
+        "OUT inside a file": [str(good), str(tmp_path / "plain.txt" / "out")],
+        "--index inside a file": [str(good), str(out), "--index", str(tmp_path / "plain.txt" / "index")],
+    }[case]
+    if case == "a line that is not JSON":
+        good.write_text("\n".join([rows[0], "{not json", rows[1]]) + "\n")
+    capsys.readouterr()
+    assert spark_main(args) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and message.format(tmp=tmp_path) in lines[0], err
+    assert "Traceback" not in err and "\tat " not in err
+    assert not out.exists()
+
+
+def test_command_names_a_failed_job_in_one_line(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A Spark error after the input is read (failure injection: the write raises) is exit 1, one line."""
+    from pyspark.errors import AnalysisException
+
+    import rag_dedup.spark as engine
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AnalysisException("[PATH_ALREADY_EXISTS] Path file:/x already exists.\nJVM stacktrace: ...")
+
+    monkeypatch.setattr(engine, "write_result", refuse)
+    src = tmp_path / "chunks.jsonl"
+    src.write_text('{"key": "a", "text": "Permission is hereby granted, free of charge."}\n')
+    assert spark_main([str(src), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "error: the Spark job failed: [PATH_ALREADY_EXISTS] Path file:/x already exists." in err
+    assert "JVM stacktrace" not in err
+
+
 def test_no_java_names_the_fix(tmp_path: Path) -> None:
     """With JAVA_HOME pointing nowhere, the command fails with the apt-get line, not a JVM trace."""
     src = tmp_path / "in.jsonl"
