@@ -222,3 +222,45 @@ def test_a_short_copied_paragraph_of_six_sentences_gets_the_same_chunk_between_s
         assert para in [text[s:e] for s, e in chunker.chunk_spans(text)]
         short = Chunker(TOKENIZER)  # and the blocks around it are still grouped: not a chunk each
         assert len(short.chunk_spans(before + after)) == 1
+
+
+def _comment_form(text: str) -> str:
+    """``text`` as a C comment, as licence headers hold it: each paragraph refilled to 72 columns, every
+    line behind ``" * "``, a bare ``" *"`` line between paragraphs."""
+    import re
+    import textwrap
+
+    paragraphs = [textwrap.wrap(re.sub(r"\s+", " ", p).strip(), 72) for p in text.split("\n\n") if p.strip()]
+    return "/*\n" + "\n *\n".join("\n".join(" * " + line for line in p) for p in paragraphs) + "\n */\n"
+
+
+@pytest.mark.parametrize("licence", ["BSD.txt", "Apache-2.0.txt"])
+def test_a_licence_in_a_c_comment_is_cut_alike_whatever_precedes_it(licence: str) -> None:
+    """Its " * " lines are comment prose, not list items: read as items, each line was a short block
+    grouped with what came before, so a prefix moved the cuts (a Debian copyright stanza in this form
+    lost its warranty chunk behind a one-paragraph prefix). Every chunk but the first of the comment alone
+    is still a chunk behind each prefix."""
+    comment = _comment_form((CORPUS / "licenses" / licence).read_text(encoding="utf-8"))
+    chunker = Chunker(TOKENIZER)
+    alone = [comment[s:e] for s, e in chunker.chunk_spans(comment)]
+    assert len(alone) >= 3
+    prefixes = (
+        "Files: openbsd-reallocarray.c\nCopyright: (c) 2008 Otto Moerbeek <otto@drijf.net>\nLicense: ISC\n",
+        "This document was retrieved from the archive on the first of May. It is reproduced here unchanged.\n\n",
+        "#include <stdio.h>\n/* A helper. */\n\n",
+    )
+    for prefix in prefixes:
+        text = prefix + comment
+        got = {text[s:e] for s, e in chunker.chunk_spans(text)}
+        assert [c for c in alone[1:] if c not in got] == [], prefix
+
+
+def test_a_list_of_short_star_items_stays_a_list() -> None:
+    """The comment rule joins only wrapped lines (or lines after a bare "*"): short items, and items that
+    end a sentence, are blocks of their own as before."""
+    from rag_dedup.chunking.blocks import blocks
+
+    text = "* install the package\n* run the tests\n* Read the guide. It is long enough to wrap, surely.\n* done"
+    assert [text[s:e] for s, e, _ in blocks(text)] == text.split("\n")
+    comment = " * Permission to use, copy, modify, and distribute this software for any\n * purpose.\n *\n * Next."
+    assert [comment[s:e] for s, e, _ in blocks(comment)] == [comment[1:comment.index(" *\n") + 2], "* Next."]

@@ -35,10 +35,13 @@ def texts() -> list[str]:
 
 
 def _reference_blocks(text: str) -> Iterator[tuple[int, int, bool]]:
-    """The block rules applied line by line, with no shortcut (the code before the fast skip)."""
+    """The block rules applied line by line, with no shortcut (the code before the fast skip), and the
+    comment-prose rule (a starred line after a wrapped starred line, or after a bare ``*`` in the same
+    comment, continues the block; a bare ``*`` after a starred line ends it)."""
     block_start = block_end = -1
     line_start = 0
     n = len(text)
+    star_column, wrapped, comment_column = -1, False, -1
     while line_start <= n:
         m = _blocks.NEWLINE.search(text, line_start)
         line_end = m.start() if m else n
@@ -48,22 +51,39 @@ def _reference_blocks(text: str) -> Iterator[tuple[int, int, bool]]:
             last = line_end
             while text[last - 1].isspace():
                 last -= 1
+            line, column = text[first:last], first - line_start
+            if line == "*" and star_column == column and block_start >= 0:
+                yield block_start, last, False
+                block_start, comment_column = -1, column
+                line_start = next_start
+                continue
             heading = _blocks.HEADING.match(text, line_start, line_end) is not None
+            starred = False
             if heading or _blocks.RULE.match(text, first, line_end):
                 if block_start >= 0:
                     yield block_start, block_end, False
                     block_start = -1
                 yield first, last, heading
             else:
-                if block_start >= 0 and _blocks.LIST_ITEM.match(text, first, line_end):
+                item = _blocks.LIST_ITEM.match(text, first, line_end) is not None
+                starred = item and line.startswith("*")
+                prose = starred and star_column == column and (comment_column == column or wrapped)
+                if block_start >= 0 and item and not prose:
                     yield block_start, block_end, False
                     block_start = -1
                 if block_start < 0:
                     block_start = first
                 block_end = last
-        elif block_start >= 0:
-            yield block_start, block_end, False
-            block_start = -1
+            if starred:
+                star_column = column
+                wrapped = len(line) >= _blocks.WRAPPED_LINE and not line.rstrip("\"'\u201d\u2019)]").endswith(tuple(".!?:;"))
+            else:
+                star_column = comment_column = -1
+        else:
+            star_column = comment_column = -1
+            if block_start >= 0:
+                yield block_start, block_end, False
+                block_start = -1
         line_start = next_start
     if block_start >= 0:
         yield block_start, block_end, False
@@ -111,6 +131,12 @@ _LINES = st.lists(
             "  ",
             "- a bullet",
             "* star item",
+            " * Permission to use, copy, modify, and distribute this software for any",
+            " * purpose with or without fee is hereby granted, provided that the above",
+            " * copyright notice and this permission notice appear in all copies.",
+            " *",
+            "*",
+            "  * an item of another column, long enough to wrap if it were prose",
             "1. numbered",
             "2) second",
             "(a) lettered",
