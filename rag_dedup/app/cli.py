@@ -238,11 +238,16 @@ def _spark_index(args: argparse.Namespace, chunks: list[Any]) -> Any:
     """The index of ``chunks`` as the Spark job computes it (``--engine spark``): the same answer."""
     try:
         from rag_dedup.spark.engine import spark_index
-
+        from rag_dedup.spark.session import spark_errors, spark_reason
+    except ImportError as e:  # pyspark missing: the message names the fix
+        raise UsageError(str(e)) from e
+    try:
         with phase(f"indexing {len(chunks):,} chunks on Spark"):
             return spark_index(((c.key, c.text, c.source) for c in chunks), master=args.master,
                                threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
-    except (ImportError, RuntimeError) as e:  # pyspark or Java missing: the message names the fix
+    except spark_errors() as e:  # a worker that failed, a master that refused the job
+        raise UsageError(f"the Spark job failed: {spark_reason(e)}") from e
+    except (ImportError, RuntimeError) as e:  # Java missing: the message names the fix
         raise UsageError(str(e)) from e
 
 

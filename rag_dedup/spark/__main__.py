@@ -105,19 +105,6 @@ def _read(spark: SparkSession, path: str) -> DataFrame:
     return df.drop(MALFORMED)
 
 
-def _spark_reason(e: BaseException) -> str:
-    """One line for an error raised by Spark: the message of the innermost Java cause, or the first line."""
-    java = getattr(e, "java_exception", None)
-    if java is not None:
-        cause = java
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        text = str(cause.getMessage() or cause.toString())
-    else:
-        text = str(e)
-    return (text.strip().splitlines() or [type(e).__name__])[0]
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rag_dedup.spark", description=__doc__.splitlines()[0])
     p.add_argument("input", metavar="IN", help="chunks: JSONL (.jsonl/.json) or Parquet, a file or a directory")
@@ -140,11 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         _check_paths(args)
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-
         from rag_dedup.errors import SparkSetupError
         from rag_dedup.spark import dedup_job, load_index, session, write_result
+        from rag_dedup.spark.session import spark_errors, spark_reason
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -157,9 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = session(args.master or (None if submitted else "local[2]"))
         try:
             df = _read(spark, args.input)
-        except (PySparkException, Py4JError) as e:
+        except spark_errors() as e:
             kind = "JSON" if _is_json(args.input) else "Parquet"
-            print(f"error: cannot read {args.input} as {kind}: {_spark_reason(e)}", file=sys.stderr)
+            print(f"error: cannot read {args.input} as {kind}: {spark_reason(e)}", file=sys.stderr)
             return 2
         result = dedup_job(
             df, key=args.key, text=args.text, source=args.source, threshold=args.threshold,
@@ -173,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Refused, ValueError, TypeError, SparkSetupError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (PySparkException, Py4JError) as e:
-        print(f"error: the Spark job failed: {_spark_reason(e)}", file=sys.stderr)
+    except spark_errors() as e:
+        print(f"error: the Spark job failed: {spark_reason(e)}", file=sys.stderr)
         return 1
     print(json.dumps({k: manifest[k] for k in ("items", "groups", "clusters")}))
     return 0

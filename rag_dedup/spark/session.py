@@ -8,7 +8,9 @@ without pyspark (or the pyarrow and pandas its vectorised UDFs need) with a bare
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,12 +68,19 @@ def session(master: str | None = "local[2]", *, shuffle_partitions: int | None =
         shuffle_partitions: ``spark.sql.shuffle.partitions``; default: 4 per local core, else Spark's.
         **conf: More Spark settings (dots written as ``__``: ``spark__driver__memory="4g"``).
 
+    With a local master and ``PYSPARK_PYTHON`` unset, Spark's Python workers run this interpreter
+    (``sys.executable``: it sets ``PYSPARK_PYTHON``), not the ``python3`` first on ``PATH``, which need
+    not have rag-dedup (a command run by its full path, from cron or pipx). On a cluster the executors'
+    Python is the cluster's setting.
+
     Raises:
         ImportError: pyspark is not installed.
         SparkSetupError: No Java, or the JVM did not start.
     """
     require_pyspark()
     os.environ["JAVA_HOME"] = str(find_java())
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("rag-dedup")
@@ -92,3 +101,36 @@ def session(master: str | None = "local[2]", *, shuffle_partitions: int | None =
             f"Spark did not start at master {master!r} ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]}); "
             f"check that Java 17 works (java -version), or install it with: {JAVA_FIX}"
         ) from e
+
+
+def spark_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions Spark raises from a job or a read: pyspark's own (``AnalysisException``,
+    ``PythonException``, ...) and py4j's (a Java exception pyspark does not convert)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JError)
+
+
+def spark_reason(e: BaseException) -> str:
+    """One line for an error Spark raised: the message of the innermost Java cause, else the first line
+    of the message (the JVM stack trace and the Python worker's traceback left out)."""
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        cause = java
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        text = str(cause.getMessage() or cause.toString())
+    else:
+        text = str(e)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    # A Python worker's failure: its message says "see the stack trace below"; the exception is the
+    # traceback's last line.
+    raised = [line for line in lines if _RAISED.match(line)]
+    if any(line.startswith("Traceback (most recent call last)") for line in lines) and raised:
+        return raised[-1]
+    return lines[0] if lines else type(e).__name__
+
+
+#: A traceback's last line: the exception's class (maybe dotted), a colon, the message.
+_RAISED = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)")

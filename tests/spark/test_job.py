@@ -440,3 +440,35 @@ def test_scan_engine_spark_prints_the_same_report(spark: Any, capsys: pytest.Cap
     assert cli_main(["scan", str(examples), "--json", "--engine", "spark", "--master", "local[2]"]) == 0
     assert json.loads(capsys.readouterr().out) == memory
     assert memory["near_duplicates"] > 0 and memory["clusters"]
+
+
+def test_scan_engine_spark_runs_without_the_environment_on_path(tmp_path: Path) -> None:
+    """The command run by its interpreter's path, with a PATH whose python3 has no rag-dedup (cron, pipx, a
+    service): Spark's Python workers run that interpreter, not PATH's python3 (they failed with
+    ModuleNotFoundError and ~300 lines of traces)."""
+    examples = REPO / "examples" / "data" / "licenses"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run(
+        [sys.executable, "-m", "rag_dedup", "scan", str(examples), "--json", "--engine", "spark"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["near_duplicates"] > 0
+
+
+def test_scan_engine_spark_names_a_failed_worker_in_one_line(tmp_path: Path) -> None:
+    """Failure injection: Spark's Python workers run an interpreter without numpy (PYSPARK_PYTHON, a
+    shim that hides the site-packages). The command ends with one line naming the worker's exception,
+    exit status 2, not a Python traceback."""
+    shim = tmp_path / "python-without-packages"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PYSPARK_PYTHON": str(shim)}
+    done = subprocess.run(
+        [sys.executable, "-m", "rag_dedup", "scan", str(REPO / "examples" / "data" / "licenses"), "--engine", "spark"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("rag-dedup: error: the Spark job failed: ") and "Error" in last, last
