@@ -18,6 +18,7 @@ retrieved nodes they folded into the passages they kept.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,40 @@ def bm25_retriever(chunks: Sequence[Chunk]) -> Any:
 
     nodes = [TextNode(id_=c.key, text=c.text, metadata={"source": c.source}) for c in chunks]
     return BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(len(nodes), 10))
+
+
+def matching_only(retriever: Any) -> Any:
+    """``retriever`` (a ``BM25Retriever``) returning only the chunks that match the question.
+
+    BM25 scores a chunk 0 when no term of the question is in it, and ``BM25Retriever`` still fills its
+    top k with such chunks, in an arbitrary order: counted, they would be distinct evidence that is
+    none. This retriever drops them, so a question that matches nothing gets empty lists and one that
+    matches fewer than k chunks gets fewer results (``DistinctRetriever`` then stops fetching deeper:
+    the matches ran out). ``similarity_top_k`` and ``corpus`` are the wrapped retriever's.
+    """
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    class MatchingOnly(BaseRetriever):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        @property
+        def similarity_top_k(self) -> int:
+            return int(self.inner.similarity_top_k)
+
+        @similarity_top_k.setter
+        def similarity_top_k(self, k: int) -> None:
+            self.inner.similarity_top_k = k
+
+        @property
+        def corpus(self) -> Any:
+            return self.inner.corpus
+
+        def _retrieve(self, query_bundle: Any) -> list[Any]:
+            return [n for n in self.inner.retrieve(query_bundle) if float(n.score or 0.0) > 0.0]
+
+    return MatchingOnly(retriever)
 
 
 def distinct_count(texts: Sequence[str], *, threshold: float, ngram: int) -> int:
@@ -159,6 +194,9 @@ def compare(retriever: Any, index: Any, questions: Sequence[str], k: int, *, pro
         if not q.strip():
             raise ValueError(f"question {i} is empty")
     size = len(retriever.corpus)
+    retriever = matching_only(retriever)
+    # bm25s logs "The query is empty" at INFO for a question of stopwords only; the report says it.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     threshold, ngram = float(index.threshold), int(index.ngram)
     post = DedupPostprocessor(index=index, top_n=k)
     distinct = DistinctRetriever(retriever, top_k=min(k, size), index=index)

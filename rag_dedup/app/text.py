@@ -209,6 +209,10 @@ def format_query(report: RetrievalReport, by_key: Mapping[str, Chunk], index: An
              f"passages    with DedupPostprocessor: {len(post)} results, "
              f"{len({cluster(n.node.node_id) for n in post})} distinct",
              f"distinct evidence (pairwise Jaccard < {report.threshold:g}): {_ratio_line(q)}", ""]
+    if len(plain) < k:
+        lines.insert(1, f"only {len(plain)} chunk(s) hold a word of the question (BM25 score > 0)"
+                     if plain else "no chunk matches the question (every BM25 score is 0; BM25 leaves out stopwords such as "
+                     "'the'): nothing retrieved")
     seen: dict[str, int] = {}
     for i in range(max(len(plain), len(post))):
         cells = []

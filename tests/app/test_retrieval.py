@@ -198,3 +198,25 @@ def test_a_file_the_save_did_not_write_in_its_bm25_folder_is_not_an_error(saved,
     shutil.copytree(saved, copy)
     (copy / "bm25" / ".DS_Store").write_bytes(b"\x00\x01")
     assert main(["query", str(copy), QUESTIONS[0]]) == 0
+
+
+def test_chunks_that_match_no_word_of_the_question_are_not_evidence(saved, capsys):
+    """BM25Retriever fills its top k with chunks scored 0 (no term of the question in them); the command
+    counted them as distinct evidence. A question of words found nowhere, or of stopwords only, now gets
+    empty lists; a rare word gets only the chunks that hold it."""
+    for question in ("zebra quagga", "the"):
+        assert main(["query", str(saved), question, "--json", "-k", "5"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["without_dedup"] == d["with_dedup"] == d["distinct_retriever"] == [], question
+        assert {r["distinct"] for r in d["evidence"].values()} == {0}
+    assert main(["query", str(saved), "zebra quagga", "-k", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "no chunk matches the question" in captured.out and "INFO:bm25s" not in captured.err
+    # BM25 reads a node's metadata with its text: a chunk holds the word in its text or its source.
+    chunks = json.loads((saved / "chunks.json").read_text(encoding="utf-8"))["chunks"]
+    holding = sum("fakeroot" in (c["text"] + c["source"]).lower() for c in chunks)
+    assert 0 < holding < 10
+    assert main(["query", str(saved), "fakeroot", "--json", "-k", "10"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert 0 < len(d["without_dedup"]) == holding and len(d["distinct_retriever"]) <= holding
+    assert all(r["score"] > 0 for r in d["without_dedup"])
