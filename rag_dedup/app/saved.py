@@ -65,10 +65,14 @@ def check_output_file(path: Path, option: str) -> None:
     after the scan.
     """
     path = Path(path)
-    if path.is_dir():
+    try:
+        is_folder, parent = path.is_dir(), path.resolve().parent
+        parent_is_folder = parent.is_dir()
+    except OSError as e:  # a folder on the way that may not be searched (is_dir lets EACCES through)
+        raise SaveError(f"{option} {path}: cannot write in {path.parent}: {e.strerror or e}") from None
+    if is_folder:
         raise SaveError(f"{option} {path}: is a folder; give a file name, e.g. {path / 'report.html'}")
-    parent = path.resolve().parent
-    if not parent.is_dir():
+    if not parent_is_folder:
         raise SaveError(f"{option} {path}: folder {path.parent} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -80,9 +84,13 @@ def check_output_file(path: Path, option: str) -> None:
 
 def is_save(directory: Path) -> bool:
     """Whether ``directory`` looks like a save: it holds ``chunks.json`` and the ``index`` folder, as
-    :func:`save_scan` writes them (a corpus folder may well hold a ``chunks.json`` of its own)."""
+    :func:`save_scan` writes them (a corpus folder may well hold a ``chunks.json`` of its own). A folder
+    that may not be searched is not a save (False): reading it as a folder then says that it cannot be read."""
     directory = Path(directory)
-    return directory.is_dir() and (directory / CHUNKS_FILE).is_file() and (directory / INDEX_DIR).is_dir()
+    try:
+        return directory.is_dir() and (directory / CHUNKS_FILE).is_file() and (directory / INDEX_DIR).is_dir()
+    except OSError:  # EACCES: Path.is_file() lets it through
+        return False
 
 
 def recover_save(directory: Path) -> None:
@@ -172,7 +180,7 @@ class Save:
 def _chunks(sidecar: Path) -> tuple[list[Chunk], dict[str, Any]]:
     try:
         meta = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
         raise SaveError(f"{sidecar}: not readable JSON ({e}); re-run rag-dedup scan --save") from None
     if not isinstance(meta, dict) or meta.get("schema") != CHUNKS_SCHEMA:
         schema = meta.get("schema") if isinstance(meta, dict) else None
@@ -256,7 +264,7 @@ def load_saved(directory: Path) -> Save:
             retriever = BM25Retriever.from_persist_dir(str(directory / BM25_DIR), show_progress=False, mmap=True)
             size = len(retriever.corpus)
             ends = [retriever.corpus[i].get("node_id") for i in {0, size - 1}] if size else []
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
             raise SaveError(f"{directory / BM25_DIR}: the BM25 retriever cannot be loaded: {e}") from None
         if size != len(keys) or not keys.issuperset(ends):
             raise SaveError(f"{directory / BM25_DIR}: the BM25 corpus does not hold the saved chunks; "

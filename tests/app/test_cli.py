@@ -553,3 +553,44 @@ def test_side_by_side_never_overflows_its_column(colour):
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
     left_column = "".join(line.split("│")[0].strip() for line in plain.splitlines())
     assert "packaging-manuals/copyright-format/1.0/" in left_column  # cut, not lost
+
+
+def test_a_folder_that_may_not_be_searched_is_one_line_not_a_traceback(small, tmp_path, monkeypatch, capsys):
+    """Path.is_file() and is_dir() let EACCES through (a folder of mode 000 or without x, for a user that
+    is not root). Failure injection, as the suite may run as root: the stat of anything inside ``locked``
+    is refused. ``scan locked`` then says it cannot read the folder, ``--html locked/r.html`` that it cannot
+    write there: exit 2 and one line each."""
+    from pathlib import PosixPath
+
+    locked = tmp_path / "locked"
+    shutil.copytree(small, locked)
+    real_stat = PosixPath.stat
+
+    def stat(self, *args, **kwargs):
+        if str(self).startswith(str(locked) + os.sep):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(PosixPath, "stat", stat)
+    monkeypatch.setattr(os, "scandir", lambda path=".": (_ for _ in ()).throw(PermissionError(13, "Permission denied", str(path))))
+    assert main(["scan", str(locked)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("rag-dedup: error: ")]
+    assert errors == [f"rag-dedup: error: cannot read folder {locked}: Permission denied"], err
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    monkeypatch.setattr(PosixPath, "stat", stat)
+    assert main(["scan", str(small), "--html", str(locked / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert f"--html {locked / 'r.html'}: cannot write in {locked}: Permission denied" in err, err
+
+
+def test_a_save_whose_chunks_json_is_nested_too_deeply_is_named(small, tmp_path, capsys):
+    """A damaged chunks.json of nested arrays made json.loads raise RecursionError: a traceback."""
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    (saved / "chunks.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    assert main(["query", str(saved), "warranty"]) == 2
+    err = capsys.readouterr().err
+    assert "chunks.json: not readable JSON" in err and "re-run rag-dedup scan --save" in err, err
