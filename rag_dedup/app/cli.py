@@ -341,6 +341,11 @@ def _questions(args: argparse.Namespace) -> list[str]:
     if args.question is not None:
         if not args.question.strip():
             raise UsageError("the question is empty")
+        try:  # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape)
+            args.question.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UsageError(f"the question is not UTF-8 text (character {e.start + 1}, {escape_name(args.question)}); "
+                             "give it in UTF-8") from None
         return [args.question]
     try:
         raw = Path(args.queries).read_text(encoding="utf-8")
@@ -377,7 +382,13 @@ def _check_against_save(args: argparse.Namespace, saved: Any) -> None:
     the save's index and chunks are used as they are, so it would be ignored."""
     fixed = {"threshold": saved.index.threshold, "num_perm": saved.index.num_perm, "ngram": saved.index.ngram}
     settings = saved.meta.get("settings") if isinstance(saved.meta.get("settings"), dict) else {}
-    fixed.update({k: settings[k] for k in ("chunk_size", "chunk_overlap") if k in settings})
+    for k in ("chunk_size", "chunk_overlap"):
+        if k in settings:
+            value = settings[k]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SaveError(f"{escape_name(args.path)}: chunks.json's settings are damaged ({k} {value!r}, "
+                                "not a whole number); re-run rag-dedup scan --save")
+            fixed[k] = value
     if _given(args, "--chunk-target"):  # not recorded in a save: its chunks are what they are
         raise UsageError(f"{escape_name(args.path)} is a save, whose chunks are fixed; query it without --chunk-target")
     for name, flag in _SAVED_SETTINGS:

@@ -220,3 +220,30 @@ def test_chunks_that_match_no_word_of_the_question_are_not_evidence(saved, capsy
     d = json.loads(capsys.readouterr().out)
     assert 0 < len(d["without_dedup"]) == holding and len(d["distinct_retriever"]) <= holding
     assert all(r["score"] > 0 for r in d["without_dedup"])
+
+
+def test_a_question_that_is_not_utf8_is_refused_up_front(saved, tmp_path, capsys):
+    """A byte that is not UTF-8 in argv arrives as a lone surrogate; --html and --json then failed after the
+    work (UnicodeEncodeError) or wrote invalid UTF-8. Refused before any work, exit 2, one line."""
+    question = b"caf\xe9 warranty".decode("utf-8", "surrogateescape")
+    for extra in ([], ["--json"], ["--html", str(tmp_path / "q.html")]):
+        assert main(["query", str(saved), question, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the question is not UTF-8 text (character 4" in err and "Traceback" not in err, err
+    assert not (tmp_path / "q.html").exists()
+
+
+def test_a_damaged_setting_in_a_save_is_named(saved, tmp_path, capsys):
+    """A chunk_size that is not a number in chunks.json, with --chunk-size given: it was a ValueError
+    traceback from formatting it; now one line naming the setting, exit 2."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(saved, copy)
+    sidecar = copy / "chunks.json"
+    meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    meta["settings"]["chunk_size"] = "x"
+    sidecar.write_text(json.dumps(meta), encoding="utf-8")
+    assert main(["query", str(copy), "warranty", "--chunk-size", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "settings are damaged (chunk_size 'x', not a whole number)" in err and "Traceback" not in err, err
