@@ -107,12 +107,23 @@ def recover_save(directory: Path) -> None:
 
 
 def check_save_target(directory: Path) -> None:
-    """Raise :class:`SaveError` unless ``directory`` is absent, empty, or a previous save."""
+    """Raise :class:`SaveError` unless ``directory`` is absent, empty, or a previous save, and a save can
+    be written there: a replacement is written into a new folder beside it (tried: one is made and
+    removed), so a read-only parent fails before the scan, not after it."""
     directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or (any(directory.iterdir()) and not is_save(directory))):
-        raise SaveError(f"--save {directory}: exists and is not a rag-dedup save; choose a new folder")
-    if not directory.exists():
+    try:
+        exists = directory.exists()
+        if exists and (not directory.is_dir() or (any(directory.iterdir()) and not is_save(directory))):
+            raise SaveError(f"--save {directory}: exists and is not a rag-dedup save; choose a new folder")
+    except OSError as e:  # a folder that may not be listed or searched
+        raise SaveError(f"--save {directory}: cannot read it: {e.strerror or e}") from None
+    if not exists:
         check_output_file(directory, "--save")
+        return
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.check."))
+    except OSError as e:
+        raise SaveError(f"--save {directory}: cannot write in {directory.parent}: {e.strerror or e}") from None
 
 
 def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[str, Any],

@@ -594,3 +594,29 @@ def test_a_save_whose_chunks_json_is_nested_too_deeply_is_named(small, tmp_path,
     assert main(["query", str(saved), "warranty"]) == 2
     err = capsys.readouterr().err
     assert "chunks.json: not readable JSON" in err and "re-run rag-dedup scan --save" in err, err
+
+
+def test_replacing_a_save_where_nothing_can_be_written_fails_before_the_scan(small, tmp_path, monkeypatch, capsys):
+    """A previous save in a read-only folder: the replacement's new folder beside it cannot be made. It
+    failed after the whole scan with a PermissionError traceback; now before reading, exit 2, one line.
+    Failure injection (the suite may run as root): mkdtemp in that folder is refused."""
+    import tempfile
+
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    saved = parent / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    before = (saved / "chunks.json").read_bytes()
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == parent:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    assert main(["scan", str(small), "--save", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert f"--save {saved}: cannot write in {parent}: Permission denied" in err and "reading" not in err, err
+    assert (saved / "chunks.json").read_bytes() == before
