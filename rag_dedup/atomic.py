@@ -27,7 +27,7 @@ from pathlib import Path
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
-__all__ = ["exchange", "fsync_directory", "umask", "write_bytes", "write_text"]
+__all__ = ["check_writable", "exchange", "fsync_directory", "umask", "write_bytes", "write_text"]
 
 
 def write_bytes(path: Path | str, data: bytes) -> None:
@@ -45,6 +45,14 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(folder: Path | str) -> None:
+    """Raise the :class:`OSError` that creating an entry in ``folder`` would raise, if any: a hidden
+    folder is made there and removed. Permission bits do not tell (root may write anywhere but in
+    ``/proc``, a read-only mount refuses everyone), so a writer that must not fail after its work (a
+    report, a save, a Spark job's output) tries before it starts."""
+    os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".rag-dedup-write-test."))
 
 
 def write_text(path: Path | str, text: str) -> None:

@@ -38,3 +38,14 @@ def test_a_missing_folder_is_an_error_not_a_partial_file(tmp_path: Path) -> None
     with pytest.raises(FileNotFoundError):
         atomic.write_bytes(tmp_path / "absent" / "x.json", b"{}")
     assert not (tmp_path / "absent").exists()
+
+
+def test_check_writable_leaves_nothing_and_raises_where_nothing_can_be_created(tmp_path: Path) -> None:
+    """The test entry is removed; a file, a missing folder and /proc (refused even to root) raise OSError."""
+    atomic.check_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    for folder in (tmp_path / "file", tmp_path / "missing", Path("/proc")):
+        with pytest.raises(OSError):
+            atomic.check_writable(folder)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]

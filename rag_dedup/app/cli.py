@@ -35,11 +35,15 @@ from rag_dedup.app.text import side_by_side
 
 __all__ = ["main", "side_by_side"]
 
-EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
     """Bad arguments or input: reported on stderr with exit code 2."""
+
+
+class JobFailed(Exception):
+    """The input was good and the work failed (a Spark job whose worker died): stderr, exit code 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -238,15 +242,15 @@ def _spark_index(args: argparse.Namespace, chunks: list[Any]) -> Any:
     """The index of ``chunks`` as the Spark job computes it (``--engine spark``): the same answer."""
     try:
         from rag_dedup.spark.engine import spark_index
-        from rag_dedup.spark.session import spark_errors, spark_reason
+        from rag_dedup.spark.session import command_session, spark_errors, spark_reason
     except ImportError as e:  # pyspark missing: the message names the fix
         raise UsageError(str(e)) from e
     try:
-        with phase(f"indexing {len(chunks):,} chunks on Spark"):
+        with phase(f"indexing {len(chunks):,} chunks on Spark"), command_session(args.master):
             return spark_index(((c.key, c.text, c.source) for c in chunks), master=args.master,
                                threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram)
     except spark_errors() as e:  # a worker that failed, a master that refused the job
-        raise UsageError(f"the Spark job failed: {spark_reason(e)}") from e
+        raise JobFailed(f"the Spark job failed: {spark_reason(e)}") from e
     except (ImportError, RuntimeError) as e:  # Java missing: the message names the fix
         raise UsageError(str(e)) from e
 
@@ -487,6 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.written = written
             args.argv = list(sys.argv[1:] if argv is None else argv)
             return _COMMANDS[args.command](args)
+    except JobFailed as e:
+        print(f"rag-dedup: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except (UsageError, CorpusError, SaveError) as e:
         print(f"rag-dedup: error: {e}", file=sys.stderr)
         return EXIT_USAGE

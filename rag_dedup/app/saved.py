@@ -75,11 +75,9 @@ def check_output_file(path: Path, option: str) -> None:
     if not parent_is_folder:
         raise SaveError(f"{option} {path}: folder {path.parent} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        atomic.check_writable(parent)
     except OSError as e:
         raise SaveError(f"{option} {path}: cannot write in {parent}: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(tmp)
 
 
 def is_save(directory: Path) -> bool:
@@ -121,7 +119,7 @@ def check_save_target(directory: Path) -> None:
         check_output_file(directory, "--save")
         return
     try:
-        os.rmdir(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.check."))
+        atomic.check_writable(directory.parent)
     except OSError as e:
         raise SaveError(f"--save {directory}: cannot write in {directory.parent}: {e.strerror or e}") from None
 

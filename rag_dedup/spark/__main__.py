@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from rag_dedup.atomic import check_writable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,7 +53,7 @@ def _check_writable(path: str, what: str) -> None:
     if not os.path.isdir(parent):
         raise _Refused(f"{what} {path} cannot be created: {parent} is not a directory")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".rag-dedup-write-test-", dir=parent))
+        check_writable(parent)
     except OSError as e:
         raise _Refused(f"{what} {path} cannot be created: cannot write in {parent} ({e.strerror or e})") from None
 
@@ -128,33 +129,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_paths(args)
         from rag_dedup.errors import SparkSetupError
-        from rag_dedup.spark import dedup_job, load_index, session, write_result
-        from rag_dedup.spark.session import spark_errors, spark_reason
+        from rag_dedup.spark import dedup_job, load_index, write_result
+        from rag_dedup.spark.session import command_session, spark_errors, spark_reason
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except _Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master and the logging are the ones it was
+    # given; run by itself, the command's stderr is its own lines (Spark's logs only if FATAL).
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = args.master or (None if submitted else "local[2]")
     try:
-        # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master is the one it was given.
-        submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-        spark = session(args.master or (None if submitted else "local[2]"))
-        try:
-            df = _read(spark, args.input)
-        except spark_errors() as e:
-            kind = "JSON" if _is_json(args.input) else "Parquet"
-            print(f"error: cannot read {args.input} as {kind}: {spark_reason(e)}", file=sys.stderr)
-            return 2
-        result = dedup_job(
-            df, key=args.key, text=args.text, source=args.source, threshold=args.threshold,
-            num_perm=args.num_perm, ngram=args.ngram,
-        )
-        manifest = write_result(result, args.output)
-        if args.index:
-            load_index(args.output).save(args.index)
-        if args.redis:
-            load_index(args.output, args.redis, namespace=args.namespace).close()
+        with command_session(master, log_level=None if submitted else "FATAL") as spark:
+            try:
+                df = _read(spark, args.input)
+            except spark_errors() as e:
+                kind = "JSON" if _is_json(args.input) else "Parquet"
+                print(f"error: cannot read {args.input} as {kind}: {spark_reason(e)}", file=sys.stderr)
+                return 2
+            result = dedup_job(
+                df, key=args.key, text=args.text, source=args.source, threshold=args.threshold,
+                num_perm=args.num_perm, ngram=args.ngram,
+            )
+            manifest = write_result(result, args.output)
+            if args.index:
+                load_index(args.output).save(args.index)
+            if args.redis:
+                load_index(args.output, args.redis, namespace=args.namespace).close()
     except (_Refused, ValueError, TypeError, SparkSetupError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

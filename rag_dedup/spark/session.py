@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,10 @@ from rag_dedup.errors import SparkSetupError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JAVA_FIX", "PYSPARK_FIX", "SparkSetupError", "find_java", "require_pyspark", "session"]
+__all__ = [
+    "JAVA_FIX", "PYSPARK_FIX", "SparkSetupError", "command_session", "find_java", "require_pyspark", "session",
+    "spark_errors", "spark_reason",
+]
 
 #: How to install what the Spark engine needs, quoted in every error about it.
 PYSPARK_FIX = 'pip install "rag-dedup[spark]"'
@@ -59,13 +64,17 @@ def find_java() -> Path:
     return Path(java).resolve().parent.parent
 
 
-def session(master: str | None = "local[2]", *, shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
+def session(
+    master: str | None = "local[2]", *, shuffle_partitions: int | None = None, log_level: str | None = None, **conf: Any
+) -> SparkSession:
     """Get or start a SparkSession at ``master``, with Java and pyspark checked first.
 
     Args:
         master: The Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``, ...); None: the
             one ``spark-submit`` or ``spark-defaults.conf`` set.
         shuffle_partitions: ``spark.sql.shuffle.partitions``; default: 4 per local core, else Spark's.
+        log_level: The JVM's log level once it is up (``"FATAL"``, ``"ERROR"``, ``"WARN"``, ...); None:
+            Spark's (WARN). See :func:`command_session`.
         **conf: More Spark settings (dots written as ``__``: ``spark__driver__memory="4g"``).
 
     With a local master and ``PYSPARK_PYTHON`` unset, Spark's Python workers run this interpreter
@@ -95,12 +104,36 @@ def session(master: str | None = "local[2]", *, shuffle_partitions: int | None =
     for name, value in conf.items():
         builder = builder.config(name.replace("__", "."), str(value))
     try:
-        return builder.getOrCreate()
+        spark = builder.getOrCreate()
     except Exception as e:  # pyspark raises its own runtime errors when the JVM gateway does not come up
         raise SparkSetupError(
             f"Spark did not start at master {master!r} ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]}); "
             f"check that Java 17 works (java -version), or install it with: {JAVA_FIX}"
         ) from e
+    if log_level is not None:
+        spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+@contextmanager
+def command_session(master: str | None, *, log_level: str | None = "FATAL") -> Iterator[SparkSession]:
+    """The session a command runs its job in, as :func:`session` starts it, stopped when the block ends.
+
+    A session that was already running (a notebook's, a test's) is used as it is: not stopped, its log
+    level not changed. One started here gets ``log_level`` (default FATAL: the command's one line about a
+    failed job stands for Spark's task-failure ERROR lines) and is stopped before an exception leaves the
+    block, so the JVM's shutdown, and any line it logs, comes before the command's report, not after it.
+    """
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession()
+    spark = session(master, log_level=None if running is not None else log_level)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()
 
 
 def spark_errors() -> tuple[type[BaseException], ...]:
