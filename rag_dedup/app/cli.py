@@ -238,6 +238,19 @@ def _width(args: argparse.Namespace) -> int:
 # --- commands ------------------------------------------------------------------------------------------
 
 
+def _check_spark(args: argparse.Namespace) -> None:
+    """Refuse ``--engine spark`` before the corpus is read when it cannot run: no pyspark, no Java, a
+    ``--master`` Spark would refuse (each message names the fix)."""
+    try:
+        from rag_dedup.spark.session import check_master, find_java, require_pyspark
+
+        check_master(args.master)
+        require_pyspark()
+        find_java()
+    except (ImportError, ValueError, RuntimeError) as e:  # SparkSetupError is a RuntimeError
+        raise UsageError(str(e)) from e
+
+
 def _spark_index(args: argparse.Namespace, chunks: list[Any]) -> Any:
     """The index of ``chunks`` as the Spark job computes it (``--engine spark``): the same answer."""
     try:
@@ -264,6 +277,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     html_path = _output(args.html, "--html")
     if args.save:
         check_save_target(Path(args.save))
+    if args.engine == "spark":
+        _check_spark(args)
     corpus, chunks = _corpus_chunks(args, chunker)
     if args.engine == "spark":
         index = _spark_index(args, chunks)

@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master and the logging are the ones it was
     # given; run by itself, the command's stderr is its own lines (Spark's logs only if FATAL).
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-    master = args.master or (None if submitted else "local[2]")
+    master = args.master if args.master is not None else (None if submitted else "local[2]")
     try:
         with command_session(master, log_level=None if submitted else "FATAL") as spark:
             try:

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "JAVA_FIX", "PYSPARK_FIX", "SparkSetupError", "command_session", "find_java", "require_pyspark", "session",
-    "spark_errors", "spark_reason",
+    "JAVA_FIX", "PYSPARK_FIX", "SparkSetupError", "check_master", "command_session", "find_java", "require_pyspark",
+    "session", "spark_errors", "spark_reason",
 ]
 
 #: How to install what the Spark engine needs, quoted in every error about it.
@@ -64,6 +64,31 @@ def find_java() -> Path:
     return Path(java).resolve().parent.parent
 
 
+#: The master URLs Spark accepts (``SparkContext.createTaskScheduler`` and ``SparkSubmit``): local ones
+#: with a thread count of at least 1 (and maybe a failure count), a local cluster, a standalone master, YARN
+#: and Kubernetes.
+_MASTER = re.compile(
+    r"local(?:\[(?:\*|[1-9][0-9]*)(?:\s*,\s*[0-9]+)?\])?"
+    r"|local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*\]"
+    r"|spark://\S+|k8s://\S+|yarn"
+)
+
+
+def check_master(master: str) -> None:
+    """Refuse a master URL Spark would refuse, before a JVM is started for it (Spark prints its own Java
+    stack trace and then the gateway fails with an error that says nothing of the master).
+
+    Raises:
+        ValueError: ``master`` is not ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``,
+            ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://URL`` or ``yarn``.
+    """
+    if not _MASTER.fullmatch(master):
+        raise ValueError(
+            f"Spark master {master!r} is not one Spark accepts: local, local[N] (N >= 1 threads), local[*], "
+            "spark://HOST:PORT, k8s://URL or yarn"
+        )
+
+
 def session(
     master: str | None = "local[2]", *, shuffle_partitions: int | None = None, log_level: str | None = None, **conf: Any
 ) -> SparkSession:
@@ -83,9 +108,12 @@ def session(
     Python is the cluster's setting.
 
     Raises:
+        ValueError: ``master`` is not a master URL (:func:`check_master`).
         ImportError: pyspark is not installed.
         SparkSetupError: No Java, or the JVM did not start.
     """
+    if master is not None:
+        check_master(master)
     require_pyspark()
     os.environ["JAVA_HOME"] = str(find_java())
     if master is not None and master.startswith("local"):

@@ -474,3 +474,29 @@ def test_scan_engine_spark_names_a_failed_worker_in_one_line(tmp_path: Path) -> 
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("rag-dedup: error: the Spark job failed: ") and "Error" in lines[-1], lines[-1]
     assert not [line for line in lines if " ERROR " in line], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[4, 2]", "local-cluster[2,1,1024]",
+                                    "spark://host:7077", "k8s://https://host:6443", "yarn"])
+def test_check_master_accepts_what_spark_accepts(master: str) -> None:
+    from rag_dedup.spark.session import check_master
+
+    check_master(master)
+
+
+@pytest.mark.parametrize("master", ["foo", "local[0]", "local[2]x", "local[]", "spark:/x", "spark://", "YARN", ""])
+def test_a_master_spark_would_refuse_is_one_line_before_the_corpus_is_read(
+        master: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No JVM is started for it (Spark printed a Java trace, then the gateway error blamed Java): both
+    commands exit 2 with the master named, `scan` before it reads the corpus, the job before anything."""
+    from rag_dedup.app.cli import main as cli_main
+
+    assert cli_main(["scan", str(REPO / "examples" / "data" / "licenses"), "--engine", "spark", "--master", master]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"rag-dedup: error: Spark master {master!r} is not one Spark accepts: local, local[N] "
+                                "(N >= 1 threads), local[*], spark://HOST:PORT, k8s://URL or yarn"], err
+    src = tmp_path / "chunks.jsonl"
+    src.write_text('{"key": "a", "text": "Permission is hereby granted, free of charge."}\n')
+    assert spark_main([str(src), str(tmp_path / "out"), "--master", master]) == 2
+    assert f"error: Spark master {master!r} is not one Spark accepts" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
