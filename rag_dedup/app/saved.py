@@ -80,15 +80,28 @@ def check_output_file(path: Path, option: str) -> None:
         raise SaveError(f"{option} {path}: cannot write in {parent}: {e.strerror or e}") from None
 
 
+#: How far into ``chunks.json`` :func:`is_save` looks for the schema (it follows the save's settings and
+#: its list of skipped files, which a corpus of many unreadable files makes long).
+_SCHEMA_WITHIN = 1 << 20
+
+
 def is_save(directory: Path) -> bool:
-    """Whether ``directory`` looks like a save: it holds ``chunks.json`` and the ``index`` folder, as
-    :func:`save_scan` writes them (a corpus folder may well hold a ``chunks.json`` of its own). A folder
-    that may not be searched is not a save (False): reading it as a folder then says that it cannot be read."""
+    """Whether ``directory`` is a save, whole or damaged: it holds ``chunks.json`` and the ``index`` or
+    the ``bm25`` folder, as :func:`save_scan` writes them, or a ``chunks.json`` whose first MiB names the
+    save's schema (a corpus folder may well hold a ``chunks.json`` of its own; a save that lost both
+    folders is still a save, which loading then names as damaged, not a corpus). A folder that may not be
+    searched is not a save (False): reading it as a folder then says that it cannot be read."""
     directory = Path(directory)
     try:
-        return directory.is_dir() and (directory / CHUNKS_FILE).is_file() and (directory / INDEX_DIR).is_dir()
+        if not (directory.is_dir() and (directory / CHUNKS_FILE).is_file()):
+            return False
+        if (directory / INDEX_DIR).is_dir() or (directory / BM25_DIR).is_dir():
+            return True
+        with open(directory / CHUNKS_FILE, "rb") as fh:
+            head = fh.read(_SCHEMA_WITHIN)
     except OSError:  # EACCES: Path.is_file() lets it through
         return False
+    return re.search(rb'"schema":\s*"' + re.escape(CHUNKS_SCHEMA.encode()) + rb'"', head) is not None
 
 
 def recover_save(directory: Path) -> None:
@@ -223,9 +236,13 @@ def _digests(folder: Path) -> dict[str, str]:
     for path in sorted(folder.iterdir()):
         if path.is_file():
             digest = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+            try:
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError as e:  # a read error (EIO) names no file of its own
+                e.filename = e.filename or str(path)
+                raise
             out[path.name] = digest.hexdigest()
     return out
 
@@ -237,7 +254,10 @@ def _check_digests(folder: Path, expected: object, sidecar: Path) -> None:
         return
     if not isinstance(expected, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items()):
         raise SaveError(f"{sidecar}: {BM25_FILES!r} is damaged; re-run rag-dedup scan --save")
-    found = _digests(folder)  # (a file the save did not write, e.g. a .DS_Store, is not read by BM25)
+    try:
+        found = _digests(folder)  # (a file the save did not write, e.g. a .DS_Store, is not read by BM25)
+    except OSError as e:  # a file that cannot be read (EIO, EACCES), a folder that cannot be listed
+        raise SaveError(f"{e.filename or folder}: cannot be read ({e.strerror or e}); re-run rag-dedup scan --save") from None
     for name in sorted(expected):
         if expected[name] != found.get(name):
             what = "is missing" if name not in found else "is damaged (its SHA-256 differs)"

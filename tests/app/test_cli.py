@@ -620,3 +620,36 @@ def test_replacing_a_save_where_nothing_can_be_written_fails_before_the_scan(sma
     err = capsys.readouterr().err
     assert f"--save {saved}: cannot write in {parent}: Permission denied" in err and "reading" not in err, err
     assert (saved / "chunks.json").read_bytes() == before
+
+
+def test_a_bm25_file_that_cannot_be_read_is_named(small, tmp_path, capsys):
+    """A BM25 file whose read fails (EIO: a link to /proc/self/mem, which even root cannot read at 0)
+    made the digest check raise OSError: a traceback. Now the file is named, exit 2."""
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    target = saved / "bm25" / "vocab.index.json"
+    target.unlink()
+    target.symlink_to("/proc/self/mem")
+    assert main(["query", str(saved), "warranty"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"rag-dedup: error: {target}: cannot be read (Input/output error); "
+                                "re-run rag-dedup scan --save"], err
+
+
+@pytest.mark.parametrize("lost", [("index",), ("index", "bm25")])
+def test_a_save_that_lost_its_index_is_named_not_read_as_a_corpus(small, tmp_path, capsys, lost):
+    """A save without index/ was read as a folder of documents (its chunks.json as one): a made-up
+    answer. Now it is a damaged save, exit 2, whether or not bm25/ is left."""
+    import shutil
+
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    for name in lost:
+        shutil.rmtree(saved / name)
+    assert main(["query", str(saved), "warranty"]) == 2
+    err = capsys.readouterr().err
+    assert f"{saved / 'index'}: the index cannot be loaded" in err and "Traceback" not in err, err
+    assert main(["scan", str(saved), "--json"]) == 2  # scanning it as a corpus is refused too
+    capsys.readouterr()
