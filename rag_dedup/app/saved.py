@@ -24,7 +24,9 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +188,22 @@ def save_scan(directory: Path, index: Any, chunks: Sequence[Chunk], meta: dict[s
         raise
     finally:
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_previous(old)
+
+
+def _remove_previous(old: Path) -> None:
+    """Delete the previous save that a replacement moved aside; one that cannot be deleted (a file in it
+    that may not be removed) is left where it is and named in a warning, not kept hidden in silence."""
+    failures: list[tuple[str, BaseException]] = []
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(old, onexc=lambda _fn, path, e: failures.append((path, e)))
+    else:
+        shutil.rmtree(old, onerror=lambda _fn, path, info: failures.append((path, info[1])))
+    if failures and os.path.lexists(old):
+        path, e = failures[0]
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        warnings.warn(f"the previous save could not be deleted and is left in {old} ({path}: {reason}); "
+                      "delete it by hand", stacklevel=3)
 
 
 @dataclass

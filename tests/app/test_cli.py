@@ -653,3 +653,30 @@ def test_a_save_that_lost_its_index_is_named_not_read_as_a_corpus(small, tmp_pat
     assert f"{saved / 'index'}: the index cannot be loaded" in err and "Traceback" not in err, err
     assert main(["scan", str(saved), "--json"]) == 2  # scanning it as a corpus is refused too
     capsys.readouterr()
+
+
+def test_a_previous_save_that_cannot_be_deleted_is_named_not_left_hidden(small, tmp_path, monkeypatch, capsys):
+    """Replacing a save whose old copy cannot be deleted left it as a hidden .saved.XXXX folder, in
+    silence. Now the new save is in place and a warning names the folder left behind. Failure injection
+    (the suite may run as root): unlinking the old copy's chunks.json is refused."""
+    import os as os_module
+
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    real_unlink = os_module.unlink
+
+    def unlink(path, *args, dir_fd=None, **kwargs):
+        if dir_fd is not None and path == "chunks.json":
+            raise PermissionError(13, "Permission denied", path)
+        return real_unlink(path, *args, dir_fd=dir_fd, **kwargs)
+
+    monkeypatch.setattr(os_module, "unlink", unlink)
+    assert main(["scan", str(small), "--save", str(saved), "--chunk-size", "128", "--json"]) == 0
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".saved.")]
+    assert len(left) == 1, list(tmp_path.iterdir())
+    assert f"rag-dedup: warning: the previous save could not be deleted and is left in {left[0]} (" in err, err
+    assert "delete it by hand" in err and "Permission denied" in err
+    assert json.loads((saved / "chunks.json").read_text())["settings"]["chunk_size"] == 128
