@@ -545,3 +545,17 @@ def test_hostile_values_raise_a_corrupt_index_error_naming_the_key(redis_url, da
     assert raised, "no call noticed the damage"
     assert any(re.search(message, str(exc)) for exc in raised), [str(e) for e in raised]
     assert all("drop() it" in str(exc) for exc in raised)
+
+
+def test_a_lock_key_that_lost_its_expiry_after_open_is_named_at_once_not_waited_for(redis_url):
+    """Regression: the lock key set without an expiry while an index is open made the next batch's
+    optimistic commit wait the whole lock_wait (seeing the lock held), then blame a busy worker."""
+    index = open_index(redis_url, lock_wait=30)
+    index.add_many(FIRST[:5])
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{NAMESPACE}:lock", b"set by hand")
+    before = snapshot(redis_url, NAMESPACE)
+    with pytest.raises(CorruptIndexError, match=r"faults:lock\) has no expiry.*delete that key"):
+        index.add_many(FIRST[5:10])  # (a LockTimeout after 30 s, were it waited for)
+    assert snapshot(redis_url, NAMESPACE) == before  # nothing of the batch was recorded
+    client.close()

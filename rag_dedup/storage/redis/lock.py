@@ -137,18 +137,22 @@ class NamespaceLock:
                 self.wait_seconds += clock.now() - started
                 return self._hold(token), found
             if expires_in == -1:  # held, and never to expire: no holder of ours sets a lock without a timeout
-                raise CorruptIndexError(
-                    f"the write lock of namespace {self.namespace!r} at {redact(self.url)} "
-                    f"({self.key.decode('utf-8', 'backslashreplace')}) has no expiry, which rag-dedup's lock always has "
-                    f"(lock_timeout): something else set it, and no worker can take it. If no worker of this namespace "
-                    f"is running, delete that key"
-                )
+                raise self.no_expiry()
             if clock.now() >= deadline:
                 raise self._timeout("could not take")
             # Poll with a short, jittered backoff: a batch holds the lock only while it commits,
             # and a waiter that sleeps much longer than that leaves the store idle.
             clock.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.004)
+
+    def no_expiry(self) -> CorruptIndexError:
+        """The error for a lock key without an expiry: not a lock of ours, and it would never be free."""
+        return CorruptIndexError(
+            f"the write lock of namespace {self.namespace!r} at {redact(self.url)} "
+            f"({self.key.decode('utf-8', 'backslashreplace')}) has no expiry, which rag-dedup's lock always has "
+            f"(lock_timeout): something else set it, and no worker can take it. If no worker of this namespace "
+            f"is running, delete that key"
+        )
 
     def _timeout(self, what: str) -> LockTimeout:
         return LockTimeout(

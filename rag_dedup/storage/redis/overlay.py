@@ -724,15 +724,16 @@ class Overlay:
         )
 
     # --- optimistic batches --------------------------------------------------------------------
-    def _state(self, reply: list[Any]) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
-        """A COMMITS_SINCE reply, without its band-log part (:meth:`_since` applies that)."""
-        now, locked, has_meta, has_counter, has_groups, covered, _, *entries = reply
-        return int(now), bool(locked), bool(has_meta), bool(has_counter), bool(has_groups), bool(covered), entries
+    def _state(self, reply: list[Any]) -> tuple[int, int, bool, bool, bool, bool, list[bytes]]:
+        """A COMMITS_SINCE reply, without its band-log part (:meth:`_since` applies that); the second
+        field is the lock's PTTL (-2: free, -1: held and never to expire, else ms to its expiry)."""
+        now, lock_ttl, has_meta, has_counter, has_groups, covered, _, *entries = reply
+        return int(now), int(lock_ttl), bool(has_meta), bool(has_counter), bool(has_groups), bool(covered), entries
 
     def _corrupt_band_entry(self, number: int, raw: object, exc: BaseException) -> CorruptIndexError:
         return self.corrupt(self.band_log_key + b"[%d]" % number, raw, exc)
 
-    def _since(self, since: int, sync: bool) -> tuple[int, bool, bool, bool, bool, bool, list[bytes]]:
+    def _since(self, since: int, sync: bool) -> tuple[int, int, bool, bool, bool, bool, list[bytes]]:
         """Where the namespace stands (``scripts.COMMITS_SINCE``, one round trip), with the commit-log
         entries since commit ``since`` (-1: none); with ``sync``, the mirror brought up to date too, in
         the same script, so that it holds the buckets as of the commit count returned (a log of more than
@@ -853,7 +854,8 @@ class Overlay:
         Returns ``"committed"``; ``"conflict"`` when a commit since its start wrote something it read
         (the batch's read cache then holds only what is still valid, and ``batch.commits`` says from
         which commit on: run it again with :meth:`begin`); ``"locked"`` when a batch holds the lock
-        (wait, and commit again: the check will include that batch's writes); ``"contended"`` when
+        (wait, and commit again: the check will include that batch's writes); ``"locked for ever"`` when
+        the lock's key has no expiry (no holder of ours sets one so: waiting would not free it); ``"contended"`` when
         nothing it read was written but other commits kept landing between its check and its EXEC,
         WATCH_TRIES times (commit it under the lock: :meth:`validate`, then :meth:`commit`).
 
@@ -871,13 +873,13 @@ class Overlay:
                     self.round_trips += 2
                     pipe.watch(self.commits_key, self.lock_key)
                     reply = pipe.eval(scripts.COMMITS_SINCE, len(keys), *keys, batch.commits, -1, b"", 0)
-                    now, locked, has_meta, _, _, covered, entries = self._state(reply)
+                    now, lock_ttl, has_meta, _, _, covered, entries = self._state(reply)
                     if self.known and not has_meta:
                         pipe.reset()
                         raise self.lost("its parameters (key meta)")
-                    if locked:
+                    if lock_ttl != -2:
                         pipe.reset()
-                        return "locked"
+                        return "locked" if lock_ttl != -1 else "locked for ever"
                     if self._check(batch, covered, entries):
                         pipe.reset()
                         batch.commits = now

@@ -22,7 +22,7 @@ return 0
 #: Where the namespace stands, for an optimistic batch (read atomically). KEYS: commits, commit-log,
 #: lock, meta, next-group-id, groups, band-log; ARGV[1]: a commit count seen before, or -1; ARGV[2]: the
 #: band-log entries a mirror has applied, or -1 (no band-log part); ARGV[3]: the prefix (``<commit>:``)
-#: of the last of them. Returns {commits, lock held, meta exists, counter exists, groups exist, covered,
+#: of the last of them. Returns {commits, the lock's PTTL (-2: free; -1: held without expiry), meta exists, counter exists, groups exist, covered,
 #: band, entries...}: ``entries`` the commit-log entries of the commits after ARGV[1], oldest first,
 #: when the log still holds all of them (covered = 1; else covered = 0 and no entries); ``band`` empty
 #: without ARGV[2], else {reset, more, the band-log entries after the first ARGV[2]...}, at most
@@ -32,7 +32,7 @@ return 0
 COMMITS_SINCE = """
 local now = tonumber(redis.call('get', KEYS[1]) or '0')
 local since = tonumber(ARGV[1])
-local out = {now, redis.call('exists', KEYS[3]), redis.call('exists', KEYS[4]), redis.call('exists', KEYS[5]),
+local out = {now, redis.call('pttl', KEYS[3]), redis.call('exists', KEYS[4]), redis.call('exists', KEYS[5]),
              redis.call('exists', KEYS[6]), 1, {}}
 local have = tonumber(ARGV[2])
 if have >= 0 then

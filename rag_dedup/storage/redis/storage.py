@@ -326,6 +326,8 @@ class RedisStorage(Bookkeeping):
             outcome = self._overlay.commit_optimistic(batch)
             if outcome == "contended":
                 return self._commit_under_lock(batch)
+            if outcome == "locked for ever":
+                raise self._lock.no_expiry()
             if outcome != "locked":
                 return outcome
             wait()
