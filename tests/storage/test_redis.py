@@ -502,6 +502,28 @@ def test_a_url_with_the_wrong_tls_scheme_gets_a_hint_naming_the_other(redis_serv
         DedupIndex(storage=RedisStorage(tls_to_plain, namespace="tls", socket_timeout=1))
 
 
+def test_rediss_to_a_plain_port_ends_at_connect_timeout_even_without_a_socket_timeout(redis_server):
+    """A TLS handshake with a port without TLS is never answered. redis-py 8.2 bounds it by
+    connect_timeout (1.03 s measured here with socket_timeout None or 3); a client that bounded it by
+    socket_timeout only would hang for ever with None. The thread's 60 s join guards against that hang
+    (no duration is asserted)."""
+    tls_to_plain = redis_server.url.replace("redis://", "rediss://")
+    raised: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            RedisStorage(tls_to_plain, namespace="tls", connect_timeout=1, socket_timeout=None)
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            raised.append(e)
+
+    opener = threading.Thread(target=open_it, daemon=True)
+    opener.start()
+    opener.join(60)
+    assert not opener.is_alive(), "the open still waits for a TLS handshake the plain port never answers"
+    assert len(raised) == 1 and isinstance(raised[0], RedisUnavailable), raised
+    assert "never answers its handshake (for a plain server use redis://" in str(raised[0])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
