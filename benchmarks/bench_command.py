@@ -7,8 +7,10 @@ pages of ``/usr/share/man/man1`` (sorted paths), read by ``rag-dedup scan DIR --
 Each command runs as a user runs it, in its own process (``python -m rag_dedup``); its wall time and peak
 RSS (``os.wait4``) are measured. The baseline is the previous behaviour: the same save without its
 ``bm25/`` folder, from which ``query`` rebuilds the BM25 retriever out of ``chunks.json`` on every call.
-Both sides run one question, then the same ten questions from a file (``--queries``), alternating, in
-the same run.
+A third side measures what checking the BM25 files costs: the same save without the sidecar's
+``bm25_sha256`` field (as a save made before stop 24, whose BM25 files are loaded unchecked); the
+difference of its times and the checked save's is the SHA-256 check of every BM25 file. All sides run
+one question, then the same ten questions from a file (``--queries``), alternating, in the same run.
 
 Run: python benchmarks/bench_command.py [--rounds N]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import statistics
@@ -79,11 +82,18 @@ def main() -> int:
         baseline = tmp_path / "baseline"
         shutil.copytree(save, baseline)
         shutil.rmtree(baseline / "bm25")
+        unchecked = tmp_path / "unchecked"
+        shutil.copytree(save, unchecked)
+        sidecar = json.loads((unchecked / "chunks.json").read_text(encoding="utf-8"))
+        bm25_bytes = sum(p.stat().st_size for p in (save / "bm25").iterdir() if p.is_file())
+        assert sidecar.pop("bm25_sha256"), "the save has no BM25 digests to leave out"
+        (unchecked / "chunks.json").write_text(json.dumps(sidecar, ensure_ascii=False), encoding="utf-8")
+        print(f"the save's bm25/ folder: {bm25_bytes / 1e6:,.1f} MB")
         questions = tmp_path / "questions.txt"
         questions.write_text("\n".join(QUESTIONS) + "\n", encoding="utf-8")
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
-            for side, folder in (("loaded", save), ("rebuilt", baseline)):
+            for side, folder in (("loaded", save), ("rebuilt", baseline), ("unchecked", unchecked)):
                 results.setdefault((side, "one"), []).append(run("query", str(folder), QUESTIONS[0]))
                 results.setdefault((side, "ten"), []).append(run("query", str(folder), "--queries", str(questions)))
     for what, label in (("one", "1 question"), ("ten", f"{len(QUESTIONS)} questions (--queries)")):
@@ -94,6 +104,9 @@ def main() -> int:
         print(f"query, {label}: BM25 loaded from the save {t_new:.1f} s, {m_new:,.0f} MB; "
               f"baseline BM25 rebuilt from chunks.json {t_old:.1f} s, {m_old:,.0f} MB; "
               f"{t_old / t_new:.2f}x faster, {m_old / m_new:.2f}x less memory")
+        t_unchecked = statistics.median(x for x, _ in results[("unchecked", what)])
+        print(f"query, {label}: the BM25 digest check: checked {t_new:.2f} s, unchecked {t_unchecked:.2f} s "
+              f"(medians); the check costs {t_new - t_unchecked:+.2f} s, {t_new / t_unchecked:.3f}x")
     return 0
 
 
