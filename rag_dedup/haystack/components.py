@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
 import threading
 from typing import Any, Literal
@@ -201,10 +200,11 @@ class DocumentDeduplicator:
 
 
 def _score(doc: Document) -> float | None:
-    """The document's score when it is a finite number, else None."""
+    """The document's score when it is a number, else None. A NaN stays NaN: the collapse reads a
+    NaN-scored passage last, so it never keeps a scored copy of itself out (as in LlamaIndex)."""
     if type(doc.score) is float:
-        return doc.score if math.isfinite(doc.score) else None
-    return doc.score if isinstance(doc.score, (int, float)) and math.isfinite(doc.score) else None
+        return doc.score
+    return float(doc.score) if isinstance(doc.score, (int, float)) and not isinstance(doc.score, bool) else None
 
 
 def _passage(doc: Document, source_key: str) -> Passage:

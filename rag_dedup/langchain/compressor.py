@@ -18,7 +18,6 @@ pass merges, never erases).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,13 +55,14 @@ def _passage(doc: Document, source_key: str) -> Passage:
 
 def _score(meta: dict[str, Any]) -> float | None:
     """``metadata["score"]``, else ``metadata["relevance_score"]`` (what LangChain's rerankers write),
-    when it is a finite number; else None."""
+    when it is a number; else None. A NaN stays NaN: the collapse reads a NaN-scored passage last, so it
+    never keeps a scored copy of itself out (as in LlamaIndex)."""
     score = meta.get("score")
     if score is None:
         score = meta.get("relevance_score")
     if score is None:
         return None
-    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score) else None
+    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
 
 
 def collapse_documents(

@@ -395,3 +395,13 @@ def test_a_document_retrieved_twice_is_one_document_not_a_copy_of_itself(store: 
     assert [d.id for d in got] == [d.id for d in collapser.run(fetched)["documents"]]
     for d in got:
         assert d.id not in {e["id"] for e in d.meta.get(DEDUP_COLLAPSED, [])}
+
+
+def test_a_nan_scored_copy_is_read_last_and_folded_into_the_scored_one() -> None:
+    """The adapter turned a NaN score into None (unscored), so the NaN copy, first in the list, kept
+    its scored copy out; the core reads a NaN-scored passage last, as LlamaIndex's postprocessor does."""
+    text = paragraphs()[0][1]
+    out = DuplicateCollapser().run([Document(content=text, score=float("nan"), meta={"file_path": "nan.txt"}),
+                                    Document(content=text, score=0.93, meta={"file_path": "good.txt"})])["documents"]
+    assert [(d.meta["file_path"], d.score) for d in out] == [("good.txt", 0.93)]
+    assert [e["source"] for e in out[0].meta["dedup_collapsed"]] == ["nan.txt"]

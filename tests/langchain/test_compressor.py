@@ -112,3 +112,17 @@ def test_a_document_retrieved_twice_is_one_document_not_a_copy_of_itself(bm25: B
     assert [document_key(d) for d in got] == [document_key(d) for d in compressor.compress_documents(fetched[:3], QUERIES[0])]
     for d in got:
         assert document_key(d) not in {e["id"] for e in d.metadata.get(DEDUP_COLLAPSED, [])}
+
+
+def test_a_nan_scored_copy_is_read_last_and_folded_into_the_scored_one() -> None:
+    """metadata["score"] NaN was read as no score, so the NaN copy kept the scored one out; the core
+    reads a NaN-scored passage last, as LlamaIndex's postprocessor does."""
+    from langchain_core.documents import Document
+
+    from tests.adapter_corpus import paragraphs
+
+    text = paragraphs()[0][1]
+    out = DedupCompressor().compress_documents([Document(text, metadata={"source": "nan.txt", "score": float("nan")}),
+                                                Document(text, metadata={"source": "good.txt", "score": 0.93})], "q")
+    assert [(d.metadata["source"], d.metadata["score"]) for d in out] == [("good.txt", 0.93)]
+    assert [e["source"] for e in out[0].metadata[DEDUP_COLLAPSED]] == ["nan.txt"]
