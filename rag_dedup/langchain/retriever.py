@@ -20,6 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from rag_dedup.collapse import is_blank
 from rag_dedup.index import DedupIndex
 from rag_dedup.langchain.compressor import DedupCompressor, collapse_documents
 from rag_dedup.settings import check_fetch_factor, check_threshold, check_top
@@ -47,6 +48,12 @@ def _sized(retriever: BaseRetriever, k: int) -> BaseRetriever:
     return retriever.model_copy(update={"k": k})
 
 
+def _evidence(kept: list[Document]) -> int:
+    """How many of ``kept`` carry evidence: a document with blank text takes no place of ``top_k`` (it
+    passes through the collapse, as in LlamaIndex's ``DistinctRetriever``)."""
+    return sum(1 for d in kept if not is_blank(d.page_content))
+
+
 class DistinctRetriever(BaseRetriever):
     """Return ``top_k`` distinct documents from ``retriever``, fetching deeper when duplicates eat the top.
 
@@ -65,7 +72,7 @@ class DistinctRetriever(BaseRetriever):
         ['Permissio', 'Something']
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
 
     retriever: BaseRetriever
     # The bounds are rag_dedup.settings' (the same rules and messages as the core's), checked below.
@@ -84,7 +91,16 @@ class DistinctRetriever(BaseRetriever):
     @field_validator("top_k", "max_fetch", mode="before")
     @classmethod
     def _check_count(cls, value: object, info: ValidationInfo) -> int | None:
-        return check_top(value, info.field_name)
+        count = check_top(value, info.field_name)
+        # Here, not in a model validator, so that an assignment refused leaves the old value (pydantic
+        # keeps an assigned value that a model validator then refuses). At construction top_k comes
+        # first, so max_fetch's check sees both.
+        pair = {**info.data, info.field_name: count}
+        if "top_k" in pair and "max_fetch" in pair and pair["max_fetch"] < pair["top_k"]:
+            raise ValueError(
+                f"max_fetch ({pair['max_fetch']}) must be at least top_k ({pair['top_k']}); raise max_fetch or lower top_k"
+            )
+        return count
 
     @field_validator("fetch_factor", mode="before")
     @classmethod
@@ -95,14 +111,6 @@ class DistinctRetriever(BaseRetriever):
     @classmethod
     def _check_threshold(cls, value: object) -> float | None:
         return None if value is None else check_threshold(value)
-
-    @model_validator(mode="after")
-    def _check_max_fetch(self) -> DistinctRetriever:
-        if self.max_fetch < self.top_k:
-            raise ValueError(
-                f"max_fetch ({self.max_fetch}) must be at least top_k ({self.top_k}); raise max_fetch or lower top_k"
-            )
-        return self
 
     @model_validator(mode="after")
     def _check_retriever(self) -> DistinctRetriever:
@@ -134,7 +142,7 @@ class DistinctRetriever(BaseRetriever):
         while True:
             fetched = _sized(self.retriever, k).invoke(query, config={"callbacks": run_manager.get_child()})
             kept = collapse_documents(collapser, fetched, self.top_k, self.source_key)
-            if len(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
+            if _evidence(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
                 return kept
             k = min(self.max_fetch, 2 * k)
 
@@ -146,6 +154,6 @@ class DistinctRetriever(BaseRetriever):
         while True:
             fetched = await _sized(self.retriever, k).ainvoke(query, config={"callbacks": run_manager.get_child()})
             kept = collapse_documents(collapser, fetched, self.top_k, self.source_key)
-            if len(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
+            if _evidence(kept) >= self.top_k or len(fetched) < k or k >= self.max_fetch:
                 return kept
             k = min(self.max_fetch, 2 * k)

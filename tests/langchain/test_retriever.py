@@ -64,3 +64,27 @@ def test_a_max_fetch_below_top_k_is_refused(bm25: BM25Retriever) -> None:
     """Regression: DistinctRetriever(top_k=10, max_fetch=5) was accepted, and could never return 10."""
     with pytest.raises(ValueError, match=r"max_fetch \(5\) must be at least top_k \(10\)"):
         DistinctRetriever(retriever=bm25, top_k=10, max_fetch=5)
+
+
+def test_blank_documents_take_no_place_of_top_k() -> None:
+    """Blank documents pass through but were counted as top_k distinct ones, so the refill stopped and
+    four blanks were returned in place of four passages (LlamaIndex's DistinctRetriever skips them)."""
+    from tests.adapter_corpus import paragraphs
+
+    texts = [text for _, text, _ in paragraphs()[:10]]
+    docs = [Document("", metadata={"i": i}) for i in range(3)] + [Document("  \n")] + [Document(t) for t in texts]
+    bm25 = BM25Retriever.from_documents(docs, k=4, preprocess_func=lambda _: ["same"])  # the list in its order
+    out = DistinctRetriever(retriever=bm25, top_k=4, fetch_factor=1).invoke("same")
+    assert sum(1 for d in out if d.page_content.strip()) == 4, [d.page_content[:20] for d in out]
+
+
+def test_settings_assigned_after_construction_are_checked_as_at_construction(bm25: BM25Retriever) -> None:
+    """`retriever.top_k = 0` was accepted and failed at the next query naming `top_n`; top_k above
+    max_fetch and a negative fetch_factor were accepted."""
+    retriever = DistinctRetriever(retriever=bm25, top_k=2)
+    for name, value, message in (("top_k", 0, r"top_k \(0\) must be at least 1"),
+                                 ("top_k", 5000, r"max_fetch \(1000\) must be at least top_k \(5000\)"),
+                                 ("fetch_factor", -7, "fetch_factor")):
+        with pytest.raises(ValueError, match=message):
+            setattr(retriever, name, value)
+    assert (retriever.top_k, retriever.fetch_factor) == (2, 3.0)
