@@ -78,7 +78,7 @@ class DistinctRetriever(BaseRetriever):
     # The bounds are rag_dedup.settings' (the same rules and messages as the core's), checked below.
     top_k: int = Field(default=4, description="How many distinct documents to return.")
     fetch_factor: float = Field(default=3.0, description="First fetch: top_k times this.")
-    max_fetch: int = Field(default=1000, description="The deepest fetch.")
+    max_fetch: int = Field(default=1000, validate_default=True, description="The deepest fetch.")
     threshold: float | None = Field(default=None, description="Duplicate threshold (Jaccard).")
     trust_clusters: bool = Field(default=False, description="Compare two stamped documents by cluster alone.")
     index: DedupIndex | None = Field(default=None, description="An index whose clusters override the stamps.")

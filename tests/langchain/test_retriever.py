@@ -88,3 +88,6 @@ def test_settings_assigned_after_construction_are_checked_as_at_construction(bm2
         with pytest.raises(ValueError, match=message):
             setattr(retriever, name, value)
     assert (retriever.top_k, retriever.fetch_factor) == (2, 3.0)
+    for settings in ({"top_k": 5000}, {"top_k": 5, "max_fetch": 3}):  # the default max_fetch is checked too
+        with pytest.raises(ValueError, match=r"max_fetch \(\d+\) must be at least top_k"):
+            DistinctRetriever(retriever=bm25, **settings)
