@@ -322,7 +322,7 @@ class DedupTransform(TransformComponent):
         docstore = pipeline.docstore if pipeline is not None else None
         if docstore is not None:
             in_store = set(docstore.get_all_document_hashes().values())
-            deleted = self._deleted(sorted(self._state.sources - in_store - batch_sources), in_store)
+            deleted = self._deleted(_absent(docstore, self._state.sources - in_store - batch_sources), in_store)
             if not self._docstore_checked:
                 self._docstore_checked = True
                 self._warn_unseen(in_store - batch_sources - first.keys() - self._state.sources)
@@ -453,7 +453,7 @@ class DedupTransform(TransformComponent):
         if pipeline is None or pipeline.docstore is None or not self._state.sources or self._docstore_holds_chunks:
             return []
         in_store = set(pipeline.docstore.get_all_document_hashes().values())
-        return sorted(self._state.sources - in_store)
+        return _absent(pipeline.docstore, self._state.sources - in_store)
 
     def _warn_unseen(self, unseen: set[str]) -> None:
         """Warn when the pipeline's docstore holds documents whose chunks are not in the index."""
@@ -578,6 +578,14 @@ _SETTINGS = {
     "first_seen_key": lambda v: v is None or (isinstance(v, str) and bool(v)),
     "shared_index": lambda v: isinstance(v, bool),
 }
+
+
+def _absent(docstore: Any, unnamed: set[str]) -> list[str]:
+    """Of the document ids ``unnamed`` (not among ``docstore.get_all_document_hashes()``'s values), those
+    the docstore does not hold, sorted. That map is keyed by hash, so of documents with equal hashes (the
+    same text and metadata: what dedup is for) it names one only; each id it does not name is asked for
+    by itself (``get_document_hash``), which only ids missing from the map cost."""
+    return sorted(doc for doc in unnamed if docstore.get_document_hash(doc) is None)
 
 
 def _calling_pipeline() -> IngestionPipeline | None:

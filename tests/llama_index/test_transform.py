@@ -360,3 +360,24 @@ def test_bad_assignment_is_refused():
 
 def test_threshold_defaults_to_the_index():
     assert DedupTransform(index=DedupIndex(threshold=0.9)).threshold == 0.9
+
+
+@pytest.mark.parametrize("mode", ["tag", "drop"])
+def test_identical_documents_run_again_unchanged_keep_their_chunks(mode):
+    """Two documents with equal text and metadata have equal hashes, and the docstore's
+    get_all_document_hashes() (keyed by hash) names one of them: the other was read as deleted on the
+    next run, its chunks removed from the index (tag) or the other's copies promoted into the vector
+    store beside its own (drop)."""
+    text = licence("Apache-2.0.txt")
+    docs = [Document(text=text, id_="a"), Document(text=text, id_="b")]
+    transform = DedupTransform(mode=mode)
+    pipe = upsert_pipeline(transform)
+    pipe.run(documents=docs)
+    before = {doc: sorted(transform.index.keys_of_source(doc)) for doc in ("a", "b")}
+    assert before["a"] and before["b"]
+    assert pipe.run(documents=docs) == []  # nothing changed: nothing to pass on
+    assert {doc: sorted(transform.index.keys_of_source(doc)) for doc in ("a", "b")} == before
+    assert transform.counts["removed"] == 0 and transform.counts["promoted"] == 0
+    pipe.docstore.delete_document("a")  # a real deletion is still seen
+    pipe.run(documents=[docs[1]])
+    assert transform.index.keys_of_source("a") == [] and sorted(transform.index.keys_of_source("b")) == before["b"]
