@@ -45,11 +45,13 @@ from llama_index.core.schema import (
     RelatedNodeInfo,
 )
 from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
+from pydantic import computed_field
 
 from rag_dedup._gc import gc_paused
 from rag_dedup.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, Chunker, Span, TokenCounts
 from rag_dedup.chunking.chunker import MIN_CHUNK_SIZE, check_text
 from rag_dedup.llama_index._nodes import build_text_nodes, related_node_info
+from rag_dedup.llama_index.caller import input_names_digest
 
 __all__ = ["SentenceChunker"]
 
@@ -245,6 +247,19 @@ class SentenceChunker(MetadataAwareTextSplitter):
     @classmethod
     def class_name(cls) -> str:
         return "SentenceChunker"
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="While a pipeline computes a cache key: a digest of the input's node and document ids."
+    )
+    @property
+    def input_names(self) -> str:
+        """Part of ``to_dict()``, hence of the pipeline's cache key: ``""``, except while an
+        ``IngestionPipeline`` computes the key of a call, when it is a digest of the input's node and
+        document ids (:func:`~rag_dedup.llama_index.caller.input_names_digest`). The chunks' ids and
+        ``ref_doc_id`` are the input's, and the key hashes the input's content only: without this, a
+        document with the text (and metadata) of one chunked before was answered from the cache with
+        that one's chunks, and never indexed as itself (``SentenceSplitter`` shares that flaw)."""
+        return input_names_digest()
 
     def __getstate__(self) -> dict[str, Any]:
         # LlamaIndex's default tokenizer is not shipped: unpickling a tiktoken encoding in a fresh

@@ -67,12 +67,10 @@ import datetime as _dt
 import hashlib
 import logging
 import os
-import sys
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
@@ -85,6 +83,7 @@ from rag_dedup.errors import SharedIndexRequired, TransformStateError
 from rag_dedup.finite import is_finite_number
 from rag_dedup.index import DedupIndex, Match
 from rag_dedup.ingest import Ingestor
+from rag_dedup.llama_index.caller import calling_pipeline, input_names_digest, pipeline_inputs
 from rag_dedup.llama_index.metadata import dedup_text, ref_doc_id, source_of, stamp_node
 from rag_dedup.llama_index.state import TransformState
 from rag_dedup.policy import Policy
@@ -103,10 +102,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_INDEX_DIRNAME = "dedup_index"
 #: JSON file of a persist dir that holds the transform's settings and state (see :mod:`~rag_dedup.llama_index.state`).
 DEFAULT_SETTINGS_FILENAME = "dedup_transform.json"
-# How far up the call stack the transform looks for the IngestionPipeline that runs it
-# (IngestionPipeline.run -> run_transformations -> dispatcher span wrapper -> __call__, and the same
-# through get_transformation_hash -> to_dict for the cache key).
-_PIPELINE_FRAMES = 12
 
 
 class DedupTransform(TransformComponent):
@@ -242,15 +237,14 @@ class DedupTransform(TransformComponent):
         the same text under other ids is never answered with nodes that are not the input's.
         """
         token = self._state.token
-        pending = self._pending_deletions(_calling_pipeline())
+        pending = self._pending_deletions(calling_pipeline())
         if pending:
             token += ":" + hashlib.sha256("\x1f".join(pending).encode()).hexdigest()[:16]
-        hashed = _nodes_being_hashed()
-        if hashed is not None:
+        names = input_names_digest()
+        if names:
             # The pipeline's cache key names the input by content only: the same text under another
             # node id or document would replay this output, whose nodes are not the input's.
-            names = "\x1f".join(f"{n.node_id}\x1e{ref_doc_id(n) or ''}" for n in hashed)
-            token += "/" + hashlib.sha256(names.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            token += "/" + names
         return token
 
     @property
@@ -311,8 +305,8 @@ class DedupTransform(TransformComponent):
             RedisUnavailable: A shared index's server went away (nothing of the call was recorded).
         """
         nodes = list(nodes)
-        pipeline = _calling_pipeline()
-        inputs = _pipeline_inputs()
+        pipeline = calling_pipeline()
+        inputs = pipeline_inputs()
         if inputs:
             nodes = [_stampable_copy(n) if id(n) in inputs else n for n in nodes]
         texts = [dedup_text(n) for n in nodes]
@@ -588,50 +582,6 @@ def _absent(docstore: Any, unnamed: set[str]) -> list[str]:
     return sorted(doc for doc in unnamed if docstore.get_document_hash(doc) is None)
 
 
-def _calling_pipeline() -> IngestionPipeline | None:
-    """The ``IngestionPipeline`` whose ``run``/``arun`` is on the call stack, if any.
-
-    LlamaIndex hands a transformation nothing but the nodes; the pipeline's docstore (which documents
-    ``DocstoreStrategy.UPSERTS_AND_DELETE`` deleted, which a loaded pipeline already holds) is only
-    reachable as the ``self`` of a calling frame. Inside a worker process (``num_workers > 1``) no
-    pipeline is on the stack and this returns None.
-    """
-    frame = _pipeline_frame(sys._getframe(1))
-    return None if frame is None else frame.f_locals["self"]
-
-
-def _pipeline_inputs() -> set[int]:
-    """The ids (``id()``) of the objects the calling ``IngestionPipeline.run``/``arun`` passes on as its
-    input (its ``nodes_to_run``, whose hashes it writes to its docstore after the transformations), or
-    an empty set outside a pipeline."""
-    frame = _pipeline_frame(sys._getframe(1))
-    found = None if frame is None else frame.f_locals.get("nodes_to_run")
-    return {id(n) for n in found} if isinstance(found, Sequence) else set()
-
-
-def _nodes_being_hashed() -> Sequence[BaseNode] | None:
-    """The nodes of the ``get_transformation_hash(nodes, transformation)`` call on the stack (the
-    pipeline computing a cache key: it calls ``to_dict()``), or None outside one."""
-    for frame in _outer_frames(sys._getframe(1)):
-        if frame.f_code.co_name == "get_transformation_hash":
-            nodes = frame.f_locals.get("nodes")
-            return nodes if isinstance(nodes, Sequence) else None
-    return None
-
-
-def _pipeline_frame(frame: FrameType) -> FrameType | None:
-    """The frame of an ``IngestionPipeline`` method (``run``, ``arun``) among those above ``frame``."""
-    return next((f for f in _outer_frames(frame) if isinstance(f.f_locals.get("self"), IngestionPipeline)), None)
-
-
-def _outer_frames(frame: FrameType) -> Iterator[FrameType]:
-    """The frames above ``frame`` (its caller first), at most ``_PIPELINE_FRAMES`` of them."""
-    for _ in range(_PIPELINE_FRAMES):
-        outer = frame.f_back
-        if outer is None:
-            return
-        frame = outer
-        yield frame
 
 
 def _stampable_copy(node: BaseNode) -> BaseNode:

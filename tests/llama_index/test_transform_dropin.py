@@ -140,6 +140,23 @@ def test_a_change_of_the_index_between_runs_is_never_replayed_from_the_cache():
     assert transform.dropped == {}
 
 
+def test_a_second_document_with_the_same_text_is_chunked_as_itself_not_answered_from_the_cache():
+    """Regression: the cache key of the chunker's call hashes the documents' content and metadata, not
+    their ids, so document b (a's text) got a's chunks back from the cache: a's node ids and ref_doc_id,
+    b never indexed and none of its copies stamped as a duplicate."""
+    transform = DedupTransform()
+    pipeline = IngestionPipeline(transformations=[SentenceChunker(), transform])  # the default cache
+    a = pipeline.run(documents=[Document(text=GPL3, id_="a")])
+    b = pipeline.run(documents=[Document(text=GPL3, id_="b")])
+    assert {n.ref_doc_id for n in b} == {"b"} and not {n.node_id for n in a} & {n.node_id for n in b}
+    assert len(transform.index.keys_of_source("b")) == len(a)
+    a_of_text = {n.text: n.node_id for n in a}
+    index = transform.index
+    assert all(index.resolve(n.node_id) == index.resolve(a_of_text[n.text]) for n in b)  # each in a's copy's cluster
+    again = pipeline.run(documents=[Document(text=GPL3, id_="b")])  # the same call again: served by the cache
+    assert [n.node_id for n in again] == [n.node_id for n in b]
+
+
 def test_the_same_text_under_another_node_id_is_never_answered_from_the_cache():
     """Regression: the pipeline's cache key hashes the nodes' content and metadata, not their ids, so a
     chunk of another document with the same text got the first document's chunk back from the cache,
