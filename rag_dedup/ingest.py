@@ -216,7 +216,12 @@ class Ingestor(Generic[P]):
 
         Keys not in the index are ignored; the others leave it in one
         :meth:`~rag_dedup.index.DedupIndex.update`.
+
+        Raises:
+            TypeError: ``keys`` is one ``str`` (it would be read as its characters, and remove nothing).
         """
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(f"keys must be a list of keys, got the single {type(keys).__name__} {keys!r:.80}: pass [{keys!r:.80}]")
         with _lock_of(self.index):
             return self._remove(list(keys))
 

@@ -5,9 +5,11 @@ Place it between a loader/splitter and a vector store, or before LangChain's ind
     dedup = DedupDocumentTransformer(mode="drop", replace_sources=True)
     index(dedup.transform_documents(docs), record_manager, vector_store, cleanup="incremental",
           source_id_key="source")
+    index(dedup.take_promoted(), record_manager, vector_store, cleanup=None, source_id_key="source")
 
 (``replace_sources=True`` follows the cleanup: a file edited and indexed again replaces its earlier
-chunks in the dedup index as it does in the store.)
+chunks in the dedup index as it does in the store, and a copy of another source that takes the place of
+one it lost waits for ``take_promoted()``, which is indexed without a cleanup.)
 
 Each document with text is added to the index under its key (``Document.id``, else a digest of its
 text and metadata) with ``metadata[source_key]`` as its source, and comes back as a *new* ``Document``
@@ -55,12 +57,17 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
             for a new index (giving both ``index`` and another threshold is an error).
         mode: ``"tag"`` returns every document stamped; ``"drop"`` each passage once.
         source_key: The metadata key that names a document's source (LangChain loaders write ``source``).
-        replace_sources: A source in a call replaces its earlier version: its documents from earlier
-            calls that are not in this call leave the index first, as LangChain's indexing API with
-            ``cleanup="incremental"`` or ``"full"`` deletes them from the store. Give every document of a
-            source to one call then. Use it with drop mode and a cleanup: without it an edited passage is
-            dropped as a copy of its earlier version, which the cleanup then deletes, and the passage is
-            in the store in no version.
+        replace_sources: Follow LangChain's indexing API with a cleanup (``cleanup="incremental"``). A
+            source in a call replaces its earlier version: its documents from earlier calls that are
+            not in this call leave the index first, as the cleanup deletes them from the store. Give
+            every document of a source to one call then. And a document of *another* source that the
+            call promotes (drop mode) is not returned with the call's documents, where the cleanup would
+            take its source for re-indexed and delete that source's other documents: it is held for
+            :meth:`take_promoted`, to be indexed with ``cleanup=None``. Use it with drop mode and a
+            cleanup: without it an edited passage is dropped as a copy of its earlier version, which the
+            cleanup then deletes, and the passage is in the store in no version. (With
+            ``cleanup="full"``, a source that left the corpus is in no call: remove its documents with
+            ``transformer.delete(transformer.index.keys_of_source(source))`` and index what that returns.)
 
     Example:
         >>> text = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software."
@@ -90,6 +97,7 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
         self._ingestor: Ingestor[Document] = Ingestor(index, mode)
         self.source_key = source_key
         self.replace_sources = replace_sources
+        self._held: dict[str, Document] = {}  # promoted documents of other sources, by key (replace_sources)
 
     @property
     def index(self) -> DedupIndex:
@@ -104,7 +112,8 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
         """Index ``documents`` and return stamped copies (in drop mode, of each passage once), in input order.
 
         In drop mode, earlier dropped documents that this call promoted (their passage lost the copy the
-        store held, see :mod:`rag_dedup.ingest`) follow, stamped.
+        store held, see :mod:`rag_dedup.ingest`) follow, stamped; with ``replace_sources``, only those of
+        the call's own sources (the others wait for :meth:`take_promoted`).
 
         Raises:
             TypeError: An item is not a LangChain ``Document``.
@@ -123,7 +132,36 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
             here = {key for key, _, _, _ in items}
             for source in sorted({source for _, _, source, _ in items if source is not None}):
                 replacing.extend(k for k in self.index.keys_of_source(source) if k not in here)
-        return [_stamped(v) for v in self._ingestor.run(items, replacing=replacing).passed()]
+        decision = self._ingestor.run(items, replacing=replacing)
+        out = [_stamped(v) for v in decision.verdicts if v.passed]
+        for verdict in decision.promoted:
+            promoted = _stamped(verdict)
+            if self.replace_sources and self._source(promoted) not in {source for _, _, source, _ in items}:
+                self._held[verdict.key] = promoted
+            else:
+                out.append(promoted)
+        for key in [v.key for v in decision.verdicts if v.passed]:
+            self._held.pop(key, None)  # submitted again: returned now with its source
+        return out
+
+    def take_promoted(self) -> list[Document]:
+        """The documents of other sources that calls promoted and held back (``replace_sources``, drop
+        mode), stamped, in the order they were promoted; each is returned once. Index them with
+        ``cleanup=None``: they belong to sources the calls did not re-index::
+
+            index(dedup.take_promoted(), record_manager, vector_store, cleanup=None, source_id_key="source")
+
+        A held document that the index no longer holds (its source was replaced or it was deleted
+        since) is not returned.
+        """
+        held, self._held = self._held, {}
+        index = self.index
+        present = index.contains_many(list(held)) if held else []
+        return [doc for doc, here in zip(held.values(), present) if here]
+
+    def _source(self, doc: Document) -> str | None:
+        source = doc.metadata.get(self.source_key)
+        return source if isinstance(source, str) else None
 
     def delete(self, keys: Sequence[str]) -> list[Document]:
         """Remove documents (by key, see :func:`document_key`) that left the store; return those promoted.
@@ -131,7 +169,10 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
         In drop mode, a removed document may have been the only copy of a passage that the store
         held: another copy dropped earlier is then returned, stamped, for the caller to add.
         """
-        return [_stamped(v) for v in self._ingestor.remove(keys)]
+        promoted = self._ingestor.remove(keys)
+        for key in keys:
+            self._held.pop(key, None)
+        return [_stamped(v) for v in promoted]
 
     async def atransform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
         """As :meth:`transform_documents`, in the default executor (the index may do Redis I/O)."""

@@ -190,3 +190,39 @@ def test_chunk_dedup_store_pipeline_embeds_each_passage_once(chunks: list[Docume
     store.add_documents(list(kept))
     assert len(store.store) == len(kept) < len(split)
     assert len({d.metadata[DEDUP_CLUSTER] for d in kept}) == len(kept)
+
+
+def _stored(store: InMemoryVectorStore, names: dict[str, str]) -> list[tuple[str, str]]:
+    return sorted((v["metadata"]["source"], names[v["text"]]) for v in store.store.values())
+
+
+def test_a_copy_of_another_source_promoted_by_an_edit_does_not_make_the_cleanup_delete_that_source() -> None:
+    """Source a holds P1 and P2, source b a longer copy of P1 and P3; a is edited and loses P1. b's copy
+    was promoted and returned with a's documents, so index(cleanup="incremental") took b for re-indexed
+    and deleted b's P3. Now it is held for take_promoted(), indexed with cleanup=None."""
+    texts = [text for _, text, _ in paragraphs() if len(text.split()) > 40][:3]
+    names = {texts[0]: "P1", texts[0] + " Indeed.": "P1'", texts[1]: "P2", texts[2]: "P3"}
+    dedup = DedupDocumentTransformer(mode="drop", replace_sources=True)
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    records = InMemoryRecordManager("promoted")
+    records.create_schema()
+
+    def run(docs: list[Document]) -> None:
+        index(dedup.transform_documents(docs), records, store, cleanup="incremental", source_id_key="source")
+        index(dedup.take_promoted(), records, store, cleanup=None, source_id_key="source")
+
+    run([Document(texts[0], metadata={"source": "a"}), Document(texts[1], metadata={"source": "a"})])
+    run([Document(texts[0] + " Indeed.", metadata={"source": "b"}), Document(texts[2], metadata={"source": "b"})])
+    assert _stored(store, names) == [("a", "P1"), ("a", "P2"), ("b", "P3")]  # b's P1' dropped as a copy
+    run([Document(texts[1], metadata={"source": "a"})])  # a edited: it no longer holds P1
+    assert _stored(store, names) == [("a", "P2"), ("b", "P1'"), ("b", "P3")]
+    assert dedup.take_promoted() == []  # each held document is returned once
+
+
+def test_delete_refuses_one_str_for_a_list_of_keys() -> None:
+    """delete("id") iterated the characters of the id, removed nothing and said nothing."""
+    dedup = DedupDocumentTransformer(mode="drop")
+    dedup.transform_documents([Document("Permission is hereby granted, free of charge, to any person.", id="abc")])
+    with pytest.raises(TypeError, match=r"keys must be a list of keys, got the single str 'abc': pass \['abc'\]"):
+        dedup.delete("abc")
+    assert dedup.index.contains_many(["abc"]) == [True]
