@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,14 +39,54 @@ __all__ = ["DedupDocumentTransformer", "document_key"]
 def document_key(doc: Document) -> str:
     """The index key of a LangChain document: its ``id``, else ``sha256:`` of its text and metadata.
 
-    The digest is deterministic, so the same document transformed twice has the same key (and re-adding
-    it is a no-op).
+    The digest is deterministic, in every process, so the same document transformed twice has the same
+    key (and re-adding it is a no-op): the metadata is written as JSON with sorted keys; a value JSON
+    cannot hold is written as its ``repr``, a set's members in sorted order (a set's own ``repr``
+    follows the process's hash seed); keys of mixed types (``{"source": ..., 2: ...}``) are sorted as
+    JSON writes them, as strings.
+
+    Raises:
+        ValueError: A metadata value's ``repr`` names its memory address (``<Foo object at 0x...>``),
+            which differs in every process: give the document an ``id``, or metadata JSON can hold.
     """
     if doc.id:
         return str(doc.id)
-    meta = json.dumps(doc.metadata, sort_keys=True, default=repr, ensure_ascii=False)
+    try:
+        meta = json.dumps(doc.metadata, sort_keys=True, default=_stable_repr, ensure_ascii=False)
+    except TypeError:  # keys of mixed types, which sort_keys cannot order
+        meta = json.dumps(_str_keys(doc.metadata), sort_keys=True, default=_stable_repr, ensure_ascii=False)
     payload = f"{doc.page_content}\x00{meta}".encode("utf-8", "surrogatepass")
     return "sha256:" + hashlib.sha256(payload).hexdigest()
+
+
+#: A ``repr`` that names a memory address (object's default): it differs in every process.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def _stable_repr(value: object) -> str:
+    """What :func:`document_key` writes for a value JSON cannot hold: its ``repr``, a set's with its
+    members sorted; a ``repr`` that names an address is refused."""
+    if isinstance(value, (set, frozenset)):
+        text = "{" + ", ".join(sorted(json.dumps(v, sort_keys=True, default=_stable_repr) for v in value)) + "}"
+    else:
+        text = repr(value)
+    if _ADDRESS.search(text):
+        raise ValueError(
+            f"a document without an id has a metadata value of type {type(value).__name__} whose repr names its "
+            f"memory address ({text[:60]}), "
+            "so its key (a digest of its text and metadata) would differ in every process; give the document "
+            "an id, or metadata JSON can hold"
+        )
+    return text
+
+
+def _str_keys(value: object) -> object:
+    """``value`` with every dict's keys as JSON writes them (strings), so that mixed keys sort."""
+    if isinstance(value, dict):
+        return {json.dumps(k) if not isinstance(k, str) else k: _str_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_str_keys(v) for v in value]
+    return value
 
 
 class DedupDocumentTransformer(BaseDocumentTransformer):
@@ -126,7 +167,11 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
                 raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a langchain_core Document")
             text = doc.page_content if isinstance(doc.page_content, str) else None
             source = doc.metadata.get(self.source_key)
-            items.append((document_key(doc), text, source if isinstance(source, str) else None, doc))
+            try:
+                key = document_key(doc)
+            except (TypeError, ValueError) as e:  # metadata no key can be made of (a circular dict, ...)
+                raise type(e)(f"documents[{i}]: {e}") from None
+            items.append((key, text, source if isinstance(source, str) else None, doc))
         replacing: list[str] = []
         if self.replace_sources:
             here = {key for key, _, _, _ in items}

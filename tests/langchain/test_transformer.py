@@ -4,6 +4,7 @@ InMemoryRecordManager and SQLRecordManager on SQLite; and the package's missing-
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -226,3 +227,25 @@ def test_delete_refuses_one_str_for_a_list_of_keys() -> None:
     with pytest.raises(TypeError, match=r"keys must be a list of keys, got the single str 'abc': pass \['abc'\]"):
         dedup.delete("abc")
     assert dedup.index.contains_many(["abc"]) == [True]
+
+
+def test_document_keys_are_the_same_in_every_process_and_mixed_metadata_keys_are_keyed() -> None:
+    """A set in the metadata was written by its repr, whose order follows the hash seed: another key in
+    each process. Metadata keys of mixed types made json's sort_keys raise, naming no document. An
+    object's default repr (its address) is refused by name."""
+    code = ("from langchain_core.documents import Document; from rag_dedup.langchain.transformer import document_key;"
+            "print(document_key(Document('Permission is hereby granted.', metadata={'source': 'bsd',"
+            " 'tags': {'legal', 'bsd', 'license', 'text', 'copying'}})))")
+    keys = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                           capture_output=True, text=True, check=True).stdout.strip() for seed in ("1", "2", "3")}
+    assert len(keys) == 1 and next(iter(keys)).startswith("sha256:"), keys
+    mixed = Document("Permission is hereby granted.", metadata={"source": "x", 2: "page"})
+    assert document_key(mixed) == document_key(Document(mixed.page_content, metadata={2: "page", "source": "x"}))
+
+    class Opaque:
+        pass
+
+    docs = [Document("Some text.", metadata={"source": "a"}), Document("Other text.", metadata={"o": Opaque()})]
+    with pytest.raises(ValueError, match=r"documents\[1\]: a document without an id has a metadata value of type "
+                                         r"Opaque whose repr names its memory address"):
+        DedupDocumentTransformer().transform_documents(docs)
