@@ -29,6 +29,7 @@ from typing import Any
 
 from langchain_core.documents import BaseDocumentTransformer, Document
 
+from rag_dedup.collapse import is_blank
 from rag_dedup.index import DedupIndex
 from rag_dedup.ingest import Ingestor, Mode, Verdict
 from rag_dedup.stamps import DEDUP_CLUSTER, DEDUP_DUPLICATE_OF, detached
@@ -167,8 +168,8 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
                 raise TypeError(f"documents[{i}] is a {type(doc).__name__}, not a langchain_core Document")
             text = doc.page_content if isinstance(doc.page_content, str) else None
             source = doc.metadata.get(self.source_key)
-            try:
-                key = document_key(doc)
+            try:  # a blank document is not indexed, and needs no key of its own
+                key = document_key(doc) if text is not None and not is_blank(text) else str(doc.id or "")
             except (TypeError, ValueError) as e:  # metadata no key can be made of (a circular dict, ...)
                 raise type(e)(f"documents[{i}]: {e}") from None
             items.append((key, text, source if isinstance(source, str) else None, doc))
@@ -235,8 +236,8 @@ class DedupDocumentTransformer(BaseDocumentTransformer):
 def _stamped(verdict: Verdict[Document]) -> Document:
     """A copy of the verdict's document carrying its ingest stamps (the document itself is not changed)."""
     doc = verdict.payload
-    if verdict.cluster is None:
-        return doc.model_copy(deep=True)
+    if verdict.cluster is None:  # a blank document: a copy, its metadata detached as a stamped one's is
+        return doc.model_copy(update={"metadata": detached(doc.metadata)})
     # Deep: nested metadata (a loader's) must not be shared with the caller's document either.
     metadata = {**detached(doc.metadata), DEDUP_CLUSTER: verdict.cluster, DEDUP_DUPLICATE_OF: verdict.duplicate_of}
     return doc.model_copy(update={"metadata": metadata, "id": verdict.key})

@@ -249,3 +249,18 @@ def test_document_keys_are_the_same_in_every_process_and_mixed_metadata_keys_are
     with pytest.raises(ValueError, match=r"documents\[1\]: a document without an id has a metadata value of type "
                                          r"Opaque whose repr names its memory address"):
         DedupDocumentTransformer().transform_documents(docs)
+
+
+@pytest.mark.parametrize("mode", ["tag", "drop"])
+def test_a_blank_document_with_metadata_that_cannot_be_copied_passes_through(mode: str) -> None:
+    """A blank document was deep-copied whole, and a lock in its metadata made the whole call raise
+    `cannot pickle '_thread.lock' object`; it is copied as a stamped document is (the lock shared,
+    nested values copied), and needs no key (it is not indexed)."""
+    import threading
+
+    meta = {"source": "a.txt", "handle": threading.Lock(), "nested": {"pages": [1]}}
+    docs = [Document("Permission is hereby granted, free of charge.", metadata=meta, id="k"), Document("", metadata=meta)]
+    out = DedupDocumentTransformer(mode=mode).transform_documents(docs)
+    assert [d.page_content for d in out] == [d.page_content for d in docs]
+    assert out[1].metadata["handle"] is meta["handle"] and out[1].metadata["nested"] == meta["nested"]
+    assert out[1].metadata["nested"] is not meta["nested"] and out[1].id is None
