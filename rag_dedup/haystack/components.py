@@ -36,7 +36,7 @@ def _open_index(threshold: float, storage: str | None, namespace: str, index_pat
     """The index a component's parameters describe (see the module docstring)."""
     if storage is not None:
         return DedupIndex(threshold=threshold, storage=storage, namespace=namespace)
-    if index_path is not None and os.path.exists(index_path):
+    if index_path is not None and os.path.exists(index_path) and not _empty_folder(index_path):
         index = DedupIndex.load(index_path)
         if index.threshold != threshold:
             raise ValueError(
@@ -47,10 +47,22 @@ def _open_index(threshold: float, storage: str | None, namespace: str, index_pat
     return DedupIndex(threshold=threshold)
 
 
-def _check_index_params(threshold: float, storage: str | None, index_path: str | None) -> None:
+def _empty_folder(path: str) -> bool:
+    """Whether ``path`` is a directory with nothing in it (a place made for the index: it starts new)."""
+    return os.path.isdir(path) and not any(os.scandir(path))
+
+
+def _check_index_params(threshold: float, storage: str | None, index_path: str | os.PathLike[str] | None) -> str | None:
+    """Refuse contradictory index parameters; return ``index_path`` as the ``str`` the component keeps
+    (and serialises), a ``Path`` included."""
     check_threshold(threshold)
+    if isinstance(index_path, os.PathLike):
+        index_path = os.fspath(index_path)
+    if index_path is not None and not isinstance(index_path, str):
+        raise TypeError(f"index_path must be a directory (a str or a Path), got {type(index_path).__name__}")
     if storage is not None and index_path is not None:
         raise ValueError("give storage (a Redis URL) or index_path (a directory), not both")
+    return index_path
 
 
 def _stamped(verdict: Verdict[Document]) -> Document:
@@ -102,7 +114,7 @@ class DocumentDeduplicator:
         index_path: str | None = None,
         source_key: str = "file_path",
     ) -> None:
-        _check_index_params(threshold, storage, index_path)
+        index_path = _check_index_params(threshold, storage, index_path)
         if mode not in ("tag", "drop"):
             raise ValueError(f'mode must be "tag" or "drop", got {mode!r}')
         self.threshold = float(threshold)
@@ -125,7 +137,8 @@ class DocumentDeduplicator:
                 if self._ingestor is None:
                     index = _open_index(self.threshold, self.storage, self.namespace, self.index_path)
                     saved = None
-                    if self.mode == "drop" and self.index_path is not None and os.path.isdir(self.index_path):
+                    if self.mode == "drop" and self.index_path is not None and os.path.isdir(self.index_path) \
+                            and not _empty_folder(self.index_path):
                         saved = load_ledger(self.index_path)
                     self._ingestor = Ingestor(index, self.mode, ledger=saved)
         return self._ingestor
@@ -299,7 +312,7 @@ absorbed others as a copy, one that absorbed none as given (nothing is written o
         index_path: str | None = None,
         source_key: str = "file_path",
     ) -> None:
-        _check_index_params(threshold, storage, index_path)
+        index_path = _check_index_params(threshold, storage, index_path)
         _check_top_k(top_k)
         self.top_k = top_k
         self.threshold = float(threshold)

@@ -49,9 +49,20 @@ def encode_ledger(ledger: Ledger[Document]) -> str:
         return json.dumps(body, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(
-            f"drop mode keeps the dropped documents to promote them later, and one of them cannot be saved ({exc}); "
-            "give documents meta values JSON can hold (str, numbers, lists, dicts)"
+            f"drop mode keeps the dropped documents to promote them later, and one of them cannot be saved "
+            f"({_unsavable(ledger) or exc}); give documents meta values JSON can hold (str, numbers, lists, dicts)"
         ) from None
+
+
+def _unsavable(ledger: Ledger[Document]) -> str | None:
+    """Which dropped document, and which of its meta values, JSON cannot hold (for the error)."""
+    for key, doc in ledger.dropped.items():
+        for name, value in doc.meta.items():
+            try:
+                json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                return f"document {key!r}, meta[{name!r}]: {exc}"
+    return None
 
 
 def save_ledger(index_path: str | Path, text: str) -> None:

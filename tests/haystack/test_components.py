@@ -370,9 +370,27 @@ def test_a_save_whose_record_cannot_be_written_fails_before_anything_is_written(
     text = corpus_documents()[0].content or ""
     dedup = DocumentDeduplicator(mode="drop", index_path=str(path))
     dedup.run([Document(content=text, id="a"), Document(content=text.upper(), id="b", meta={"day": datetime.date(2026, 1, 1)})])
-    with pytest.raises(TypeError, match="one of them cannot be saved"):
+    with pytest.raises(TypeError, match=r"one of them cannot be saved \(document 'b', meta\['day'\]: Object of type "
+                                        r"date is not JSON serializable\)"):
         dedup.save()
     assert not path.exists()
+
+
+def test_an_empty_index_path_folder_starts_a_new_index_that_save_fills(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An existing empty directory as index_path (made for the index) made warm_up fail with 'no saved
+    rag-dedup index (missing manifest.json)'; a path that is not a str is refused at construction."""
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    text = corpus_documents()[0].content or ""
+    dedup = DocumentDeduplicator(mode="drop", index_path=str(folder))
+    assert len(dedup.run([Document(content=text, id="a"), Document(content=text.upper(), id="b")])["documents"]) == 1
+    dedup.save()
+    again = DocumentDeduplicator(mode="drop", index_path=str(folder))
+    again.warm_up()
+    assert len(again.index) == 2 and again.run([Document(content=text.upper(), id="c")])["documents"] == []
+    assert DocumentDeduplicator(index_path=folder).to_dict()["init_parameters"]["index_path"] == str(folder)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="index_path must be a directory"):
+        DocumentDeduplicator(index_path=3)  # type: ignore[arg-type]
 
 
 def test_tag_mode_does_not_read_the_drop_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
