@@ -82,7 +82,8 @@ class DedupPostprocessor(BaseNodePostprocessor):
         top_n: Keep at most this many nodes (``None``: all distinct ones).
         index: A ``DedupIndex`` to ask for current clusters (``index.matches(node_ids)``). Optional:
             without it, ingest stamps are used, and nodes without stamps are compared by text.
-        show: Which text a group shows: ``"best"``, its best-scoring member; ``"representative"``, its
+        show: Which text a group shows: ``"best"``, its best-ranked member (the first in the order
+            given: a retriever's or a reranker's ranking); ``"representative"``, its
             cluster's representative, if that node was retrieved too or can be read from ``docstore``.
             Either way the group keeps its first member's score and place.
         merge_overlaps: Join kept nodes of one document whose character ranges overlap into one passage.
@@ -116,7 +117,7 @@ class DedupPostprocessor(BaseNodePostprocessor):
     threshold: float = Field(default=0.8, description="Jaccard similarity at or above which two texts are duplicates.")
     top_n: int | None = Field(default=None, description="Keep at most this many nodes; None keeps all distinct ones.")
     show: Literal["best", "representative"] = Field(
-        default="best", description="Text a group shows: its best-scoring member, or its cluster's representative."
+        default="best", description="Text a group shows: its best-ranked (first) member, or its cluster's representative."
     )
     merge_overlaps: bool = Field(
         default=False, description="Join kept windows of one document that overlap into one contiguous passage."
@@ -281,7 +282,12 @@ class DedupPostprocessor(BaseNodePostprocessor):
         (:func:`~rag_dedup.collapse.first_of_each_key`)."""
         if not nodes:
             return []
-        keep = first_of_each_key([nws.node.id_ for nws in nodes])
+        try:
+            keep = first_of_each_key([nws.node.id_ for nws in nodes])
+        except AttributeError:  # not a NodeWithScore: named, not a bare AttributeError from deep inside
+            i, bad = next((i, n) for i, n in enumerate(nodes) if not isinstance(n, NodeWithScore))
+            raise TypeError(f"nodes[{i}] is a {type(bad).__name__}, not a NodeWithScore (a retriever's result: "
+                            "NodeWithScore(node=..., score=...))") from None
         if keep is not None:
             nodes = [nodes[i] for i in keep]
         collapser = self._collapser()

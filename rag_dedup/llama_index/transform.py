@@ -300,11 +300,16 @@ class DedupTransform(TransformComponent):
         on error): see :mod:`rag_dedup._gc`.
 
         Raises:
+            TypeError: An item is not a LlamaIndex node (named by its position).
             ValueError: A node id appears twice with different texts or documents, or a node lacks
                 the ``authority_key`` / ``first_seen_key`` metadata or has a bad value there.
             RedisUnavailable: A shared index's server went away (nothing of the call was recorded).
         """
         nodes = list(nodes)
+        for i, node in enumerate(nodes):
+            if not isinstance(node, BaseNode):
+                raise TypeError(f"nodes[{i}] is a {type(node).__name__}, not a LlamaIndex node (a Document or a "
+                                "TextNode, e.g. a chunker's output)")
         pipeline = calling_pipeline()
         inputs = pipeline_inputs()
         if inputs:

@@ -838,3 +838,14 @@ def test_a_copied_postprocessor_keeps_its_settings_and_shares_its_index(distinct
         assert [n.node_id for n in clone.postprocess_nodes(nodes)] == expected == ["n0", "n2"]
     with_store = pickle.loads(pickle.dumps(DedupPostprocessor(docstore=SimpleDocumentStore(), show="representative")))
     assert isinstance(with_store._docstore, SimpleDocumentStore) and with_store.show == "representative"
+
+
+def test_an_item_that_is_not_a_node_with_score_is_named_by_position():
+    """A None among the results raised a bare AttributeError ('NoneType' object has no attribute 'node')."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from rag_dedup import DedupPostprocessor
+
+    nodes = [NodeWithScore(node=TextNode(text="Permission is hereby granted, free of charge.", id_="n"), score=1.0), None]
+    with pytest.raises(TypeError, match=r"nodes\[1\] is a NoneType, not a NodeWithScore"):
+        DedupPostprocessor().postprocess_nodes(nodes)

@@ -381,3 +381,9 @@ def test_identical_documents_run_again_unchanged_keep_their_chunks(mode):
     pipe.docstore.delete_document("a")  # a real deletion is still seen
     pipe.run(documents=[docs[1]])
     assert transform.index.keys_of_source("a") == [] and sorted(transform.index.keys_of_source("b")) == before["b"]
+
+
+def test_items_that_are_not_nodes_are_refused_by_position():
+    """DedupTransform()(["a str", None, 42]) returned its input unchanged, saying nothing."""
+    with pytest.raises(TypeError, match=r"nodes\[1\] is a NoneType, not a LlamaIndex node"):
+        DedupTransform()([TextNode(text="Permission is hereby granted, free of charge.", id_="n"), None, 42])
