@@ -12,15 +12,20 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 
+import regex
+
 from rag_dedup.chunking.blocks import CONTINUES, LEADING_SPACE, NEWLINE
 from rag_dedup.chunking.tokens import FIRST_WORD, TokenCounts
 
 __all__ = ["Units", "build_units"]
 
 # A sentence longer than the chunk size is split into words (whitespace kept in front of each, as
-# tiktoken does; runs of 32+ non-space characters are split every 32), and the words into groups
-# that end after a word whose hash is 0 mod 8, or after 16 words: about 8 words per group.
+# tiktoken does; runs of 32+ non-space characters are split every 32 graphemes, Unicode's extended
+# grapheme clusters, UAX #29, as the regex module's \X matches them), and the words into groups that
+# end after a word whose hash is 0 mod 8, or after 16 words: about 8 words per group.
 _WORD = re.compile(r"\s*\S{1,32}")
+_WORD_GRAPHEMES = regex.compile(r"\s*(?:(?!\s)\X){1,32}")
+_GRAPHEME = regex.compile(r"\X")
 _GROUP_MOD = 8
 _GROUP_MAX = 16
 
@@ -164,10 +169,9 @@ def _add_word_groups(
     of words ends after a word whose hash says so, or after ``_GROUP_MAX`` words."""
     group_start = start
     n_words = 0
-    for m in _WORD.finditer(text, start, end):
+    for word_start, word_end in _words(text, start, end):
         n_words += 1
-        word_end = m.end()
-        if word_end == end or n_words >= _GROUP_MAX or _word_ends_group(m.group()):
+        if word_end == end or n_words >= _GROUP_MAX or _word_ends_group(text[word_start:word_end]):
             for s, e, tokens, gap, score in _fit(text, group_start, word_end, budget, counts, score_of):
                 units.append(s, e, tokens, gap, score, kind)
                 kind = CONTINUES
@@ -189,14 +193,42 @@ def _fit(
     if tokens <= budget or end - first <= 1:
         yield first, end, tokens, counts.gap(text, start, first), score
         return
-    words = [m.span() for m in _WORD.finditer(text, start, end)]
+    words = list(_words(text, start, end))
     if len(words) > 1:
         for w_start, w_end in words:
             yield from _fit(text, w_start, w_end, budget, counts, score_of)
         return
-    middle = first + (end - first) // 2
+    middle = _grapheme_end(text, first, first + (end - first) // 2, end)
+    if middle >= end:  # one grapheme (a character and its marks) over the budget: as it is
+        yield first, end, tokens, counts.gap(text, start, first), score
+        return
     yield from _fit(text, start, middle, budget, counts, score_of)
     yield from _fit(text, middle, end, budget, counts, score_of)
+
+
+def _words(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The spans of the words of ``text[start:end]`` (:data:`_WORD`: whitespace, then up to 32
+    non-space characters); a longer run is cut after 32 graphemes (:data:`_WORD_GRAPHEMES`), not
+    inside one: a Thai vowel or tone mark, an accent, an emoji ZWJ sequence stays with its character."""
+    pos = start
+    match = _WORD.match
+    while pos < end:
+        m = match(text, pos, end)
+        if m is None:  # nothing but whitespace left
+            return
+        word_end = m.end()
+        if word_end < end and not text[word_end].isspace():  # a run cut at 32 characters
+            word_end = _WORD_GRAPHEMES.match(text, pos, end).end()
+        yield m.start(), word_end
+        pos = word_end
+
+
+def _grapheme_end(text: str, start: int, i: int, end: int) -> int:
+    """The first grapheme boundary at or after ``i`` in ``text[start:end]`` (``start`` is one)."""
+    for g in _GRAPHEME.finditer(text, start, end):
+        if g.end() >= i:
+            return g.end()
+    return end
 
 
 def _word_ends_group(word: str) -> bool:

@@ -202,3 +202,31 @@ def test_a_copied_paragraph_is_chunked_identically_in_both_hosts(
         per_host.append([text[s:e] for s, e in chunker.chunk_spans(text) if s < end and e > start])
     assert per_host[0] == per_host[1]
     assert all(chunk in para for chunk in per_host[0])
+
+
+# Runs without spaces of characters that take marks: Thai consonants with vowel and tone marks (SARA AM
+# included, a spacing mark), Latin letters with combining accents, emoji with skin tones and ZWJ joins.
+_GRAPHEME_PARTS = st.sampled_from([
+    "ก", "ข", "ป", "ว", "ภ", "ษ", "ท", "ไ", "เ", "า", "\u0e34", "\u0e35", "\u0e48", "\u0e49", "\u0e47", "\u0e33",
+    "e", "a", "n", "\u0301", "\u0308", "\u0323",
+    "\U0001f468", "\U0001f469", "\U0001f467", "\u200d", "\U0001f3fd", "\ufe0f", "\u2764",
+])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs=st.lists(st.lists(_GRAPHEME_PARTS, min_size=40, max_size=400).map("".join), min_size=1, max_size=4),
+       chunk_size=st.integers(min_value=16, max_value=128))
+def test_no_chunk_starts_or_ends_inside_a_grapheme(runs: list[str], chunk_size: int) -> None:
+    """Text without spaces was cut every 32 code points, so chunks began with an orphaned Thai vowel or
+    tone mark, an accent, or inside an emoji ZWJ sequence (31 of 126 chunks of a Thai text; every chunk
+    of a run of ZWJ families). Every cut is a grapheme boundary (the regex module's \\X, UAX #29),
+    unless a single grapheme is larger than the chunk size."""
+    import regex
+
+    from rag_dedup.chunking import Chunker
+
+    text = " ".join("ก" + run for run in runs)  # a run begins with a letter (a mark after a space is its own case)
+    boundaries = {0} | {m.end() for m in regex.finditer(r"\X", text)}
+    chunker = Chunker(get_tokenizer(), chunk_size=chunk_size, chunk_overlap=chunk_size // 4)
+    for start, end in chunker.chunk_spans(text):
+        assert start in boundaries and end in boundaries, (start, end, text[max(0, start - 2) : start + 2])
