@@ -35,7 +35,8 @@ How it stays correct inside a real ``IngestionPipeline``:
 * **Deleted documents.** The transform finds the pipeline that runs it (its ``run`` is on the call
   stack; LlamaIndex passes a transformation nothing else) and, when the pipeline has a docstore,
   removes from the index the documents it indexed that the docstore no longer holds
-  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run). A docstore
+  (``DocstoreStrategy.UPSERTS_AND_DELETE`` deletes them before the transformations run; under another
+  strategy nothing is taken for deleted: the docstore holds only what went through that pipeline). A docstore
   that holds chunks (a pipeline fed pre-chunked nodes) is recognised and not followed. Deletions
   the pipeline does not see (``VectorStoreIndex.delete_ref_doc``) go through
   :meth:`DedupTransform.delete_ref_doc`. A transform with an empty index meeting a docstore that
@@ -74,7 +75,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
-from llama_index.core.ingestion import IngestionPipeline
+from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
 from llama_index.core.schema import BaseNode, TransformComponent
 from pydantic import computed_field
 
@@ -321,7 +322,8 @@ class DedupTransform(TransformComponent):
         docstore = pipeline.docstore if pipeline is not None else None
         if docstore is not None:
             in_store = set(docstore.get_all_document_hashes().values())
-            deleted = self._deleted(_absent(docstore, self._state.sources - in_store - batch_sources), in_store)
+            if _deletes(pipeline):
+                deleted = self._deleted(_absent(docstore, self._state.sources - in_store - batch_sources), in_store)
             if not self._docstore_checked:
                 self._docstore_checked = True
                 self._warn_unseen(in_store - batch_sources - first.keys() - self._state.sources)
@@ -448,8 +450,9 @@ class DedupTransform(TransformComponent):
         return missing
 
     def _pending_deletions(self, pipeline: IngestionPipeline | None) -> list[str]:
-        """Documents this transform indexed that the pipeline's docstore no longer holds."""
-        if pipeline is None or pipeline.docstore is None or not self._state.sources or self._docstore_holds_chunks:
+        """Documents this transform indexed that the pipeline's docstore no longer holds (when the
+        pipeline deletes documents: :func:`_deletes`)."""
+        if pipeline is None or not _deletes(pipeline) or not self._state.sources or self._docstore_holds_chunks:
             return []
         in_store = set(pipeline.docstore.get_all_document_hashes().values())
         return _absent(pipeline.docstore, self._state.sources - in_store)
@@ -577,6 +580,15 @@ _SETTINGS = {
     "first_seen_key": lambda v: v is None or (isinstance(v, str) and bool(v)),
     "shared_index": lambda v: isinstance(v, bool),
 }
+
+
+def _deletes(pipeline: IngestionPipeline) -> bool:
+    """Whether ``pipeline`` deletes documents: ``DocstoreStrategy.UPSERTS_AND_DELETE`` with a docstore
+    and a vector store (without one the pipeline falls back to ``DUPLICATES_ONLY``). Only then is a
+    document missing from its docstore taken for deleted: under another strategy, or in a second
+    pipeline that shares the transform, the docstore holds only what went through it."""
+    return (pipeline.docstore is not None and pipeline.vector_store is not None
+            and pipeline.docstore_strategy == DocstoreStrategy.UPSERTS_AND_DELETE)
 
 
 def _absent(docstore: Any, unnamed: set[str]) -> list[str]:

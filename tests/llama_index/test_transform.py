@@ -369,18 +369,37 @@ def test_identical_documents_run_again_unchanged_keep_their_chunks(mode):
     next run, its chunks removed from the index (tag) or the other's copies promoted into the vector
     store beside its own (drop)."""
     text = licence("Apache-2.0.txt")
-    docs = [Document(text=text, id_="a"), Document(text=text, id_="b")]
+    docs = [Document(text=text, id_="a"), Document(text=text, id_="b"), Document(text=licence("BSD.txt"), id_="c")]
     transform = DedupTransform(mode=mode)
-    pipe = upsert_pipeline(transform)
+    pipe = pipeline(transform, docstore=SimpleDocumentStore(), vector_store=SimpleVectorStore(),
+                    docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
     pipe.run(documents=docs)
     before = {doc: sorted(transform.index.keys_of_source(doc)) for doc in ("a", "b")}
     assert before["a"] and before["b"]
     assert pipe.run(documents=docs) == []  # nothing changed: nothing to pass on
     assert {doc: sorted(transform.index.keys_of_source(doc)) for doc in ("a", "b")} == before
     assert transform.counts["removed"] == 0 and transform.counts["promoted"] == 0
-    pipe.docstore.delete_document("a")  # a real deletion is still seen
-    pipe.run(documents=[docs[1]])
-    assert transform.index.keys_of_source("a") == [] and sorted(transform.index.keys_of_source("b")) == before["b"]
+    pipe.run(documents=docs[:2])  # c left the input: the pipeline deletes it, and so does the transform
+    assert transform.index.keys_of_source("c") == []
+    assert {doc: sorted(transform.index.keys_of_source(doc)) for doc in ("a", "b")} == before
+
+
+@pytest.mark.parametrize("strategy", [DocstoreStrategy.UPSERTS, DocstoreStrategy.DUPLICATES_ONLY])
+def test_documents_missing_from_a_docstore_that_deletes_nothing_are_not_taken_for_deleted(strategy):
+    """A transform shared by two pipelines (each with its own docstore), or fed outside a pipeline
+    first: every document missing from the running pipeline's docstore was removed from the index,
+    under every strategy. Only UPSERTS_AND_DELETE (with a vector store) deletes documents."""
+    transform = DedupTransform()
+    first = pipeline(transform, docstore=SimpleDocumentStore(), vector_store=SimpleVectorStore(),
+                     docstore_strategy=strategy)
+    second = pipeline(transform, docstore=SimpleDocumentStore(), vector_store=SimpleVectorStore(),
+                      docstore_strategy=strategy)
+    first.run(documents=[Document(text=licence("Apache-2.0.txt"), id_="wiki/apache")])
+    kept = sorted(transform.index.keys_of_source("wiki/apache"))
+    out = second.run(documents=[Document(text=licence("Apache-2.0.txt"), id_="ticket/1")])
+    assert sorted(transform.index.keys_of_source("wiki/apache")) == kept and transform.counts["removed"] == 0
+    assert all(transform.index.resolve(n.node_id) == transform.index.resolve(n.metadata[DEDUP_CLUSTER]) for n in out)
+    assert any(n.metadata[DEDUP_DUPLICATE_OF] is not None for n in out)  # the ticket's copies found
 
 
 def test_items_that_are_not_nodes_are_refused_by_position():
