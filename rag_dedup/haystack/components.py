@@ -419,7 +419,7 @@ class SentenceChunker:
     LlamaIndex's default tokenizer (tiktoken cl100k). Each chunk is a new ``Document`` with a copy of its
     document's ``meta`` and, as Haystack's ``DocumentSplitter`` writes them, ``source_id`` (the document's
     id), ``split_id`` (its number), ``split_idx_start`` (its character offset), ``page_number`` (form feeds
-    before it, plus one) and ``_split_overlap`` (``[{doc_id, range}]`` with the neighbours it shares text with).
+    before it, plus one) and ``_split_overlap`` (``[{doc_id, range}]`` with every chunk it shares text with).
 
     Args:
         chunk_size: Maximum tokens per chunk, overlap included.
@@ -480,11 +480,15 @@ class SentenceChunker:
             if self.chunk_overlap > 0:
                 meta["_split_overlap"] = []
             chunks.append(Document(content=text[start:end], meta=meta))
-        if self.chunk_overlap > 0:
-            for (ps, pe), (s, e), prev, cur in zip(spans, spans[1:], chunks, chunks[1:]):
-                if s < pe:
-                    cur.meta["_split_overlap"].append({"doc_id": prev.id, "range": (s - ps, pe - ps)})
-                    prev.meta["_split_overlap"].append({"doc_id": cur.id, "range": (0, pe - s)})
+        if self.chunk_overlap > 0:  # every earlier chunk the text reaches back into, not only the one before
+            for i, (ps, pe) in enumerate(spans):
+                for j in range(i + 1, len(spans)):
+                    s, e = spans[j]
+                    if s >= pe:  # spans start in order: no later one reaches back into chunk i
+                        break
+                    shared = min(pe, e)
+                    chunks[j].meta["_split_overlap"].append({"doc_id": chunks[i].id, "range": (s - ps, shared - ps)})
+                    chunks[i].meta["_split_overlap"].append({"doc_id": chunks[j].id, "range": (0, shared - s)})
         return chunks
 
     def to_dict(self) -> dict[str, Any]:

@@ -210,6 +210,13 @@ def test_chunker_meta_follows_document_splitter_and_offsets_are_exact() -> None:
             lo, hi = o["range"]
             assert (ids[o["doc_id"]].content or "")[lo:hi] in (c.content or "")
     assert overlaps
+    # Every pair of chunks that shares text is listed, both ways, not only neighbours (an overlap can
+    # reach back past a short chunk): the pairs were missing from each other's lists.
+    sharing = {(a.id, b.id) for a in chunks for b in chunks if a is not b
+               and max(a.meta["split_idx_start"], b.meta["split_idx_start"])
+               < min(a.meta["split_idx_start"] + len(a.content or ""), b.meta["split_idx_start"] + len(b.content or ""))}
+    listed = {(c.id, o["doc_id"]) for c in chunks for o in c.meta["_split_overlap"]}
+    assert listed == sharing
 
 
 def test_chunker_refuses_a_document_without_text() -> None:
