@@ -327,7 +327,9 @@ class DedupPostprocessor(BaseNodePostprocessor):
             update: dict[str, Any] = {}
             shown = nws
             if kept.text is not None:  # windows joined into one passage
-                update = {"text": kept.text, "start_char_idx": kept.start, "end_char_idx": kept.end}
+                update = {"text": kept.text, "start_char_idx": kept.start, "end_char_idx": kept.end,
+                          "relationships": _joined_links(nws.node, [nodes[f.position].node for f in kept.folded
+                                                                   if f.reason == "overlap"])}
             elif show_representative:
                 shown, folded = self._show_representative(nws, kept, nodes, folded)
             if shown is nws and not kept.folded:
@@ -358,6 +360,23 @@ class DedupPostprocessor(BaseNodePostprocessor):
         folded = [e for e in folded if e["node_id"] != rep_node.node_id]
         folded.insert(0, collapsed_entry(shown.node, shown.score, "cluster", None))
         return NodeWithScore(node=rep_node, score=kept.score), folded
+
+
+def _joined_links(kept: BaseNode, windows: Sequence[BaseNode]) -> dict[NodeRelationship, Any]:
+    """The relationships of a passage joined from ``kept`` and the ``windows`` folded into it: the
+    kept node's, with PREVIOUS that of the window that starts first and NEXT that of the one that ends
+    last (the kept node's own pointed at windows now inside the passage, which LlamaIndex's
+    ``PrevNextNodePostprocessor`` would add again)."""
+    members = [kept, *windows]
+    first = min(members, key=lambda n: n.start_char_idx if n.start_char_idx is not None else 0)
+    last = max(members, key=lambda n: n.end_char_idx if n.end_char_idx is not None else 0)
+    links = dict(kept.relationships)
+    for relation, end in ((NodeRelationship.PREVIOUS, first), (NodeRelationship.NEXT, last)):
+        if relation in end.relationships:
+            links[relation] = end.relationships[relation]
+        else:
+            links.pop(relation, None)
+    return links
 
 
 def _carried(

@@ -849,3 +849,30 @@ def test_an_item_that_is_not_a_node_with_score_is_named_by_position():
     nodes = [NodeWithScore(node=TextNode(text="Permission is hereby granted, free of charge.", id_="n"), score=1.0), None]
     with pytest.raises(TypeError, match=r"nodes\[1\] is a NoneType, not a NodeWithScore"):
         DedupPostprocessor().postprocess_nodes(nodes)
+
+
+def test_a_joined_passage_links_to_the_windows_around_it_not_to_those_inside_it():
+    """merge_overlaps joined three overlapping windows but kept the middle one's PREVIOUS/NEXT, which
+    pointed at windows now inside the passage: PrevNextNodePostprocessor then added one of them again."""
+    from llama_index.core import Document
+    from llama_index.core.postprocessor import PrevNextNodePostprocessor
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+
+    from rag_dedup import DedupPostprocessor, SentenceChunker
+
+    text = (CORPUS / "licenses" / "GPL-3.txt").read_text(encoding="utf-8")
+    nodes = SentenceChunker().get_nodes_from_documents([Document(text=text, id_="gpl")])
+    i = next(i for i in range(1, len(nodes) - 3) if nodes[i].end_char_idx > nodes[i + 1].start_char_idx
+             and nodes[i + 1].end_char_idx > nodes[i + 2].start_char_idx and nodes[i + 2].end_char_idx <= nodes[i + 3].start_char_idx)
+    hits = [NodeWithScore(node=nodes[i + 1], score=3.0), NodeWithScore(node=nodes[i], score=2.0),
+            NodeWithScore(node=nodes[i + 2], score=1.0)]
+    (joined,) = DedupPostprocessor(merge_overlaps=True).postprocess_nodes(hits)
+    links = joined.node.relationships
+    assert links[NodeRelationship.PREVIOUS].node_id == nodes[i].relationships[NodeRelationship.PREVIOUS].node_id
+    assert links[NodeRelationship.NEXT].node_id == nodes[i + 2].relationships[NodeRelationship.NEXT].node_id
+    assert nodes[i + 1].relationships[NodeRelationship.PREVIOUS].node_id == nodes[i].node_id  # the input untouched
+    store = SimpleDocumentStore()
+    store.add_documents(nodes)
+    out = PrevNextNodePostprocessor(docstore=store, num_nodes=1, mode="next").postprocess_nodes([joined])
+    start, end = joined.node.start_char_idx, joined.node.end_char_idx
+    assert not [n for n in out[1:] if start <= n.node.start_char_idx and n.node.end_char_idx <= end]
