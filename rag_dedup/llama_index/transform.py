@@ -76,7 +76,7 @@ from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
-from llama_index.core.schema import BaseNode, TransformComponent
+from llama_index.core.schema import BaseNode, Document, TransformComponent
 from pydantic import computed_field
 
 from rag_dedup._gc import gc_paused
@@ -312,9 +312,12 @@ class DedupTransform(TransformComponent):
                 raise TypeError(f"nodes[{i}] is a {type(node).__name__}, not a LlamaIndex node (a Document or a "
                                 "TextNode, e.g. a chunker's output)")
         pipeline = calling_pipeline()
+        # The caller's own objects are stamped on copies: a pipeline's input (whose hashes it writes to
+        # its docstore after the transformations) and any Document (VectorStoreIndex.from_documents with
+        # transformations=[DedupTransform()] hands over the user's documents; a stamp would change their
+        # hash, and refresh_ref_docs would take every one for changed). A chunker's nodes are its own.
         inputs = pipeline_inputs()
-        if inputs:
-            nodes = [_stampable_copy(n) if id(n) in inputs else n for n in nodes]
+        nodes = [_stampable_copy(n) if id(n) in inputs or isinstance(n, Document) else n for n in nodes]
         texts = [dedup_text(n) for n in nodes]
         items, first = self._items(nodes, texts)
         batch_sources = {item["source"] for item in items}

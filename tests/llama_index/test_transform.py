@@ -406,3 +406,14 @@ def test_items_that_are_not_nodes_are_refused_by_position():
     """DedupTransform()(["a str", None, 42]) returned its input unchanged, saying nothing."""
     with pytest.raises(TypeError, match=r"nodes\[1\] is a NoneType, not a LlamaIndex node"):
         DedupTransform()([TextNode(text="Permission is hereby granted, free of charge.", id_="n"), None, 42])
+
+
+def test_the_callers_documents_are_stamped_on_copies_outside_a_pipeline_too():
+    """VectorStoreIndex.from_documents(docs, transformations=[DedupTransform()]) hands the transform the
+    user's Documents: they were stamped in place, their metadata and hash changed."""
+    text = licence("BSD.txt")
+    docs = [Document(text=text, id_="a"), Document(text=text.upper(), id_="b")]
+    hashes = [d.hash for d in docs]
+    out = DedupTransform()(docs)
+    assert [d.metadata for d in docs] == [{}, {}] and [d.hash for d in docs] == hashes
+    assert [n.metadata[DEDUP_DUPLICATE_OF] for n in out] == [None, "a"] and all(n is not d for n, d in zip(out, docs))
