@@ -310,7 +310,7 @@ class DedupIndex:
         expected = self._meta()
         names = ("threshold", "drift_floor", "num_perm", "seed", "scheme", "b", "r", "ngram", "normalization", "shingling")
         for name in (*names, "ignore_decoration", "short_tokens"):
-            if stored.get(name) != expected[name]:
+            if stored.get(name) != expected[name] and not _same_default_floor(name, stored.get(name), expected[name]):
                 fix = (
                     "this rag-dedup computes it another way, so rebuild the index from its texts"
                     if name in _RULE_VERSIONS
@@ -1708,6 +1708,13 @@ def _open_storage(storage: Storage | str | None, namespace: str) -> Storage:
             return RedisStorage(storage, namespace=namespace)
         raise ValueError(f"storage {storage!r} is not a redis:// or rediss:// URL; pass None for memory or a Storage")
     raise TypeError(f"storage must be None, a Redis URL or a Storage, got {type(storage).__name__}")
+
+
+def _same_default_floor(name: str, stored: object, expected: object) -> bool:
+    """Whether a stored ``drift_floor`` is this one but for the rounding the default gained (an index made
+    before it stored ``0.8 - 0.1``, 0.7000000000000001, where the default is now 0.7)."""
+    return (name == "drift_floor" and isinstance(stored, float) and isinstance(expected, float)
+            and round(stored, settings.DEFAULT_FLOOR_DIGITS) == expected)
 
 
 def _after_storage(message: str) -> str:

@@ -85,6 +85,10 @@ def check_threshold(threshold: object, name: str = "threshold") -> float:
     return float(threshold)  # type: ignore[arg-type]
 
 
+#: Decimal digits the default drift floor (``threshold - 0.1``) is rounded to.
+DEFAULT_FLOOR_DIGITS = 12
+
+
 def check_drift_floor(drift_floor: object, threshold: float, name: str = "drift_floor") -> float:
     """``drift_floor`` as a float in [0, ``threshold``]; None means ``max(0, threshold - 0.1)``.
 
@@ -96,8 +100,8 @@ def check_drift_floor(drift_floor: object, threshold: float, name: str = "drift_
         TypeError: Not None, an int or a float.
         ValueError: Outside [0, threshold] (NaN included).
     """
-    if drift_floor is None:
-        return max(0.0, float(threshold) - 0.1)
+    if drift_floor is None:  # rounded: 0.8 - 0.1 is 0.7000000000000001 in floats, and J = 0.7 must pass it
+        return max(0.0, round(float(threshold) - 0.1, DEFAULT_FLOOR_DIGITS))
     if not _is_number(drift_floor):
         raise TypeError(f"{name} must be a number, got {type(drift_floor).__name__}")
     if not 0.0 <= drift_floor <= threshold:  # type: ignore[operator]

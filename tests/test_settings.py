@@ -21,7 +21,7 @@ TEXT = "the quick brown fox jumps over the lazy dog near the river bank today"
     ("check", "good", "canonical"),
     [
         pytest.param(s.check_threshold, [1, 0.8, 1.0, 1e-9], [1.0, 0.8, 1.0, 1e-9], id="threshold"),
-        pytest.param(lambda v: s.check_drift_floor(v, 0.8), [0, 0.5, 0.8, None], [0.0, 0.5, 0.8, 0.8 - 0.1], id="drift"),
+        pytest.param(lambda v: s.check_drift_floor(v, 0.8), [0, 0.5, 0.8, None], [0.0, 0.5, 0.8, 0.7], id="drift"),
         pytest.param(s.check_num_perm, [2, 128, s.MAX_NUM_PERM], [2, 128, 8192], id="num-perm"),
         pytest.param(s.check_ngram, [1, 5, 64], [1, 5, 64], id="ngram"),
         pytest.param(s.check_seed, [0, 1, 2**32 - 1], [0, 1, 2**32 - 1], id="seed"),
@@ -161,3 +161,23 @@ def test_ingest_remove_asks_the_index_once_for_all_keys() -> None:
     assert asked[0] == ["a", "a", "missing"]
     assert [v.key for v in promoted] == ["b"]
     assert index.contains_many(["a", "b"]) == [False, True]
+
+
+def test_the_default_drift_floor_is_threshold_minus_a_tenth_exactly():
+    """0.8 - 0.1 is 0.7000000000000001 in floats: a pair at exactly J = 0.7 (14 of 20 shingles) failed the
+    default floor, and the default index chose another representative than DedupIndex(drift_floor=0.7).
+    An index stored with the unrounded default still opens with the default."""
+    from rag_dedup import DedupIndex
+
+    words = [f"word{i}" for i in range(14)]
+    a = " ".join([*words, "alphaaaaaaaaa", "betaaaaaaaaaa", "gammaaaaaaaaa"])  # the longest: J(a, c) = 14/20
+    c = " ".join([*words, "c1", "c2", "c3"])
+    b = " ".join([*words, "alphaaaaaaaaa", "c1"])  # J(a, b) = J(b, c) = 15/18
+    chosen = []
+    for index in (DedupIndex(), DedupIndex(drift_floor=0.7)):
+        index.add_many([("a", a), ("b", b), ("c", c)])
+        chosen.append((index.drift_floor, index.resolve("a"), sorted(index.clusters())))
+    assert chosen[0] == chosen[1] and chosen[0][:2] == (0.7, "a")
+    from rag_dedup.index import _same_default_floor
+
+    assert _same_default_floor("drift_floor", 0.8 - 0.1, 0.7) and not _same_default_floor("drift_floor", 0.69, 0.7)
