@@ -1337,9 +1337,13 @@ class DedupIndex:
 
         Raises:
             KeyError: A key is not in the index.
-            TypeError: ``keys`` is a str (one key: pass ``[key]``, or use :meth:`match`).
+            TypeError: ``keys`` is a str (one key: pass ``[key]``, or use :meth:`match`), or a key is not a str.
         """
-        return self._matches(_key_list(keys, "keys"))
+        keys = _key_list(keys, "keys")
+        for i, key in enumerate(keys):
+            if type(key) is not str:
+                raise TypeError(f"keys[{i}] must be a str key, got {type(key).__name__} ({key!r:.80})")
+        return self._matches(keys)
 
     def _matches(
         self, keys: Sequence[str], previous: Mapping[str, str] | None = None, added: Collection[str] = ()
@@ -1430,7 +1434,13 @@ class DedupIndex:
                     yield key, [key]
 
     def keys_of_source(self, source: str) -> list[str]:
-        """The keys added with ``source``."""
+        """The keys added with ``source``.
+
+        Raises:
+            TypeError: ``source`` is not a str (an item's source is a str, or None for none: no keys).
+        """
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str, got {type(source).__name__} ({source!r:.80})")
         return self.storage.keys_of_source(source)
 
     def query(self, text: str) -> list[tuple[str, float]]:

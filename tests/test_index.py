@@ -424,3 +424,14 @@ def test_close_releases_the_redis_connections_and_a_later_call_reconnects(redis_
     index.close()
     assert connected_after_close(before) == before
     probe.close()
+
+
+@pytest.mark.parametrize("call", [lambda i: i.keys_of_source(None), lambda i: i.keys_of_source(3),
+                                  lambda i: i.matches([None]), lambda i: i.matches(["a", 7])])
+def test_a_source_or_key_that_is_not_a_str_is_refused_by_name(call):
+    """On a Redis index these raised AttributeError ('NoneType' object has no attribute 'encode'); in
+    memory they answered [] or KeyError: both storages now refuse them alike, naming the argument."""
+    index = DedupIndex()
+    index.add("a", "Permission is hereby granted, free of charge, to any person obtaining a copy.", source="doc")
+    with pytest.raises(TypeError, match=r"source must be a str|keys\[\d\] must be a str key"):
+        call(index)
