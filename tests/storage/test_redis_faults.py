@@ -460,6 +460,9 @@ def test_a_restart_without_persistence_fails_the_next_batch_and_read(redis_serve
         index.match(FIRST[0]["key"])
     with pytest.raises(NamespaceLost):
         index.query(FIRST[0]["text"])
+    for scan in (lambda: list(index.clusters()), lambda: list(index.clusters(include_singletons=False))):
+        with pytest.raises(NamespaceLost):  # a scan answered [] (an empty index) in place of the lost one
+            scan()
     assert snapshot(server.url, NAMESPACE) == {}  # the failed batch wrote nothing
 
 

@@ -588,6 +588,12 @@ class Overlay:
                     found.update(part)
                     if cursor == 0:
                         break
+                # As pipeline()'s guard: a scan outside a batch asks whether the namespace still has its
+                # parameters, so that a flushed index is not read as an empty one.
+                if self.known and batch is None:
+                    self.round_trips += 1
+                    if not self.client.exists(self.guard):
+                        raise self.lost("its parameters (key meta)")
             except CONNECTION_ERRORS as exc:
                 raise self.unavailable(exc, "while reading") from exc
             except ResponseError as exc:
