@@ -210,8 +210,7 @@ def _index(args: argparse.Namespace, threshold: float, seed: int = 1) -> Any:
 def _output(path: str | None, option: str) -> Path | None:
     if path is None:
         return None
-    check_output_file(Path(path), option)
-    return Path(path)
+    return check_output_file(Path(path), option)
 
 
 def _corpus_chunks(args: argparse.Namespace, chunker: Any) -> tuple[Any, list[Any]]:

@@ -60,26 +60,35 @@ class SaveError(ValueError):
     """An output that cannot be written, or a save that cannot be read (the message names the file)."""
 
 
-def check_output_file(path: Path, option: str) -> None:
-    """Raise :class:`SaveError` unless a file can be written at ``path`` (tried: a temporary file).
+def check_output_file(path: Path, option: str) -> Path:
+    """Raise :class:`SaveError` unless a file can be written at ``path`` (tried: a temporary folder);
+    return where to write it: ``path``, or the file a symbolic link at ``path`` names (the file is
+    replaced by an atomic rename, which would replace the link itself).
 
     Called before any work, so that ``--html DIR`` or ``--html /proc/x.html`` fails in a second, not
-    after the scan.
+    after the scan. Something at ``path`` that is not a file (a FIFO, a device such as ``/dev/null``, a
+    socket) is refused: the rename would replace it with a file.
     """
     path = Path(path)
     try:
-        is_folder, parent = path.is_dir(), path.resolve().parent
+        target = path.resolve() if path.is_symlink() else path
+        is_folder, parent = target.is_dir(), target.resolve().parent
         parent_is_folder = parent.is_dir()
+        special = target.exists() and not is_folder and not target.is_file()
     except OSError as e:  # a folder on the way that may not be searched (is_dir lets EACCES through)
         raise SaveError(f"{option} {path}: cannot write in {path.parent}: {e.strerror or e}") from None
     if is_folder:
         raise SaveError(f"{option} {path}: is a folder; give a file name, e.g. {path / 'report.html'}")
+    if special:
+        raise SaveError(f"{option} {path}: is not a regular file (a FIFO, a device or a socket), which writing the "
+                        "report would replace with one; give a file name")
     if not parent_is_folder:
         raise SaveError(f"{option} {path}: folder {path.parent} does not exist")
     try:
         atomic.check_writable(parent)
     except OSError as e:
         raise SaveError(f"{option} {path}: cannot write in {parent}: {e.strerror or e}") from None
+    return target
 
 
 #: How far into ``chunks.json`` :func:`is_save` looks for the schema (it follows the save's settings and

@@ -680,3 +680,31 @@ def test_a_previous_save_that_cannot_be_deleted_is_named_not_left_hidden(small, 
     assert f"rag-dedup: warning: the previous save could not be deleted and is left in {left[0]} (" in err, err
     assert "delete it by hand" in err and "Permission denied" in err
     assert json.loads((saved / "chunks.json").read_text())["settings"]["chunk_size"] == 128
+
+
+def test_html_onto_a_fifo_or_device_is_refused_and_onto_a_link_writes_its_target(small, tmp_path, capsys):
+    """--html onto an existing FIFO, device or symbolic link replaced the entry itself with a file
+    (the atomic rename), exit 0: as root, `--html /dev/null` turned the device into a 164 KB file."""
+    import stat
+
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    targets = [fifo]
+    if os.geteuid() == 0:  # a null device of our own (never /dev/null itself)
+        device = tmp_path / "null.html"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        targets.append(device)
+    for target in targets:
+        assert main(["scan", str(small), "--html", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"--html {target}: is not a regular file" in err and "reading" not in err, err
+        assert not target.is_file() and not stat.S_ISREG(os.lstat(target).st_mode)
+    real = tmp_path / "reports" / "scan.html"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "latest.html"
+    link.symlink_to(real)
+    assert main(["scan", str(small), "--html", str(link), "--json"]) == 0
+    capsys.readouterr()
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_text().startswith("<!DOCTYPE html>")
