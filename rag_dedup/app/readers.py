@@ -190,11 +190,16 @@ def read_text(path: str) -> str:
         return html_to_text(text)
     if fmt == "json":
         try:
-            return json_to_text(text)
+            text = json_to_text(text)
         except json.JSONDecodeError as e:
             raise Unreadable(f"invalid JSON: {e.msg} at line {e.lineno}") from None
         except ValueError as e:
             raise Unreadable(f"invalid JSON: {e}") from None
+        try:  # an escape such as "\ud800" is valid JSON and no text: a lone surrogate
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise Unreadable(f"not valid Unicode: its JSON holds a lone surrogate (\\u{ord(text[e.start]):04x}) "
+                             f"at character {e.start} of its text") from None
     return text
 
 

@@ -263,3 +263,15 @@ def test_a_symbolic_link_to_a_folder_is_skipped_with_that_reason(tmp_path, capsy
     shutil.copyfile(GPL, tmp_path / "a" / "gpl.txt")
     code, d, _ = _scan_json([str(tmp_path), "--exclude", "b"], capsys)
     assert code == 0 and d["skipped"] == []  # excluded: not read and not reported
+
+
+def test_a_json_file_holding_a_lone_surrogate_is_skipped_not_fatal(tmp_path, capsys):
+    """"\\ud800" is valid JSON and no Unicode text: the scan stopped with an InvalidTextError traceback
+    (exit 1) in the chunker; the file is skipped with the reason, the others are scanned."""
+    shutil.copy(Path(__file__).parents[1] / "data" / "corpus" / "licenses" / "BSD.txt", tmp_path / "bsd.txt")
+    (tmp_path / "bad.json").write_text('{"note": "text with \\ud800 in it"}', encoding="utf-8")
+    with pytest.raises(Unreadable, match=r"not valid Unicode: its JSON holds a lone surrogate \(\\ud800\)"):
+        read_text(str(tmp_path / "bad.json"))
+    assert main(["scan", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["path"] for s in report["skipped"]] == ["bad.json"] and report["documents"] == 1
