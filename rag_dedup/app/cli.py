@@ -225,9 +225,25 @@ def _corpus_chunks(args: argparse.Namespace, chunker: Any) -> tuple[Any, list[An
     return corpus, chunks
 
 
-def _out(stream: IO[str], text: str) -> None:
-    stream.write(text if text.endswith("\n") else text + "\n")
-    stream.flush()
+def _out(stream: IO[str] | None, text: str) -> None:
+    """Write the command's result to ``stream`` (standard output). A closed pipe is :func:`main`'s
+    (exit 0, as ``| head`` expects); a full disk or a closed standard output is one line, exit 1."""
+    if stream is None:  # started with standard output closed (`>&-`)
+        raise JobFailed("cannot write the result: standard output is closed")
+    try:
+        stream.write(text if text.endswith("\n") else text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # ENOSPC (`> /dev/full`, a full disk), EIO
+        _silence_stdout()
+        raise JobFailed(f"cannot write the result to standard output: {e.strerror or e}") from None
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null, so that the flush at exit does not fail (and print) again."""
+    with contextlib.suppress(OSError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - open until exit
 
 
 def _width(args: argparse.Namespace) -> int:
@@ -516,8 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"\nrag-dedup: interrupted; {done}\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `rag-dedup scan . | head`
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        _silence_stdout()
         return EXIT_OK
 
 

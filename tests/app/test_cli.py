@@ -708,3 +708,19 @@ def test_html_onto_a_fifo_or_device_is_refused_and_onto_a_link_writes_its_target
     capsys.readouterr()
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert real.read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) to fill standard output")
+def test_a_full_or_closed_standard_output_is_one_line_exit_1(small, tmp_path):
+    """`--json > report.json` on a full disk (here /dev/full) and a closed standard output ended in
+    an OSError / AttributeError traceback."""
+    args = [sys.executable, "-m", "rag_dedup", "scan", str(small), "--json"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("rag-dedup: ") or "error" in line]
+    assert lines == ["rag-dedup: error: cannot write the result to standard output: No space left on device"], done.stderr
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1 and done.stderr.splitlines()[-1] == (
+        "rag-dedup: error: cannot write the result: standard output is closed"), done.stderr
