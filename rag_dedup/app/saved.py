@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +306,11 @@ def load_saved(directory: Path) -> Save:
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         raise SaveError(f"{directory / INDEX_DIR}: the index cannot be loaded: {e}") from None
     keys = {c.key for c in chunks}
-    if len(keys) != len(chunks) or len(index) != len(keys):
+    if len(keys) != len(chunks):
+        twice = next(key for key, n in Counter(c.key for c in chunks).items() if n > 1)
+        raise SaveError(f"{directory / CHUNKS_FILE}: chunk key {twice!r} appears twice ({len(chunks)} chunks, "
+                        f"{len(keys)} keys); re-run rag-dedup scan --save")
+    if len(index) != len(keys):
         raise SaveError(f"{directory}: {CHUNKS_FILE} holds {len(chunks)} chunks and the index {len(index)} keys; "
                         "re-run rag-dedup scan --save")
     retriever = None

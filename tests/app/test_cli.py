@@ -724,3 +724,16 @@ def test_a_full_or_closed_standard_output_is_one_line_exit_1(small, tmp_path):
                           preexec_fn=lambda: os.close(1))
     assert done.returncode == 1 and done.stderr.splitlines()[-1] == (
         "rag-dedup: error: cannot write the result: standard output is closed"), done.stderr
+
+
+def test_a_save_whose_chunks_repeat_a_key_names_the_key(small, tmp_path, capsys):
+    """The message said 'chunks.json holds 548 chunks and the index 548 keys': equal numbers, no key."""
+    saved = tmp_path / "saved"
+    assert main(["scan", str(small), "--save", str(saved), "--json"]) == 0
+    capsys.readouterr()
+    sidecar = json.loads((saved / "chunks.json").read_text(encoding="utf-8"))
+    sidecar["chunks"][1]["key"] = sidecar["chunks"][0]["key"]
+    (saved / "chunks.json").write_text(json.dumps(sidecar), encoding="utf-8")
+    assert main(["query", str(saved), "warranty"]) == 2
+    err = capsys.readouterr().err
+    assert f"chunk key {sidecar['chunks'][0]['key']!r} appears twice" in err, err
