@@ -75,6 +75,8 @@ def _check_paths(args: argparse.Namespace) -> None:
             raise _Refused(f"{args.output} already exists; name a new directory for the result")
         _check_writable(path, "OUT")
     if args.index:
+        if os.path.exists(args.index) and not os.path.isdir(args.index):
+            raise _Refused(f"--index {args.index} is a file; name a directory for the saved index")
         _check_writable(args.index, "--index")
 
 
@@ -83,13 +85,16 @@ def _is_json(path: str) -> bool:
     return path.rstrip("/").lower().endswith((".jsonl", ".json"))
 
 
-def _read(spark: SparkSession, path: str) -> DataFrame:
-    """The chunks at ``path``; a JSONL line that is not a JSON object is refused, named by file and text."""
+def _read(spark: SparkSession, path: str, columns: Sequence[str]) -> DataFrame:
+    """The chunks at ``path``; a JSONL line that is not a JSON object is refused, named by file and text.
+    A JSONL input without a line is no chunks, with ``columns`` (the key, text and source columns)."""
     from pyspark.sql import functions as F
 
     if not _is_json(path):
         return spark.read.parquet(path)
     df = spark.read.json(path, mode="PERMISSIVE", columnNameOfCorruptRecord=MALFORMED)
+    if not df.columns:  # no line at all: no schema to infer; read as no chunks, as an empty Parquet is
+        return spark.createDataFrame([], ", ".join(f"`{c}` string" for c in dict.fromkeys(columns)))
     if MALFORMED not in df.columns:
         return df
     # Spark refuses a query of the raw file that reads only the malformed column; a cached frame is not raw.
@@ -144,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with command_session(master, log_level=None if submitted else "FATAL") as spark:
             try:
-                df = _read(spark, args.input)
+                df = _read(spark, args.input, [c for c in (args.key, args.text, args.source) if c])
             except spark_errors() as e:
                 kind = "JSON" if _is_json(args.input) else "Parquet"
                 print(f"error: cannot read {args.input} as {kind}: {spark_reason(e)}", file=sys.stderr)

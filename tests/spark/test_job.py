@@ -356,6 +356,7 @@ def test_command_reads_jsonl_writes_parquet_and_an_index(spark: Any, tmp_path: P
         ("a line that is not JSON", "chunks.jsonl: 1 line(s) are not JSON objects, the first: '{{not json'"),
         ("OUT inside a file", "OUT {tmp}/plain.txt/out cannot be created: {tmp}/plain.txt is not a directory"),
         ("--index inside a file", "--index {tmp}/plain.txt/index cannot be created"),
+        ("--index a file", "--index {tmp}/plain.txt is a file; name a directory"),
     ],
 )
 def test_command_names_bad_paths_in_one_line(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -376,6 +377,7 @@ def test_command_names_bad_paths_in_one_line(spark: Any, tmp_path: Path, capsys:
         "a line that is not JSON": [str(good), str(out)],
         "OUT inside a file": [str(good), str(tmp_path / "plain.txt" / "out")],
         "--index inside a file": [str(good), str(out), "--index", str(tmp_path / "plain.txt" / "index")],
+        "--index a file": [str(good), str(out), "--index", str(tmp_path / "plain.txt")],
     }[case]
     if case == "a line that is not JSON":
         good.write_text("\n".join([rows[0], "{not json", rows[1]]) + "\n")
@@ -500,3 +502,13 @@ def test_a_master_spark_would_refuse_is_one_line_before_the_corpus_is_read(
     assert spark_main([str(src), str(tmp_path / "out"), "--master", master]) == 2
     assert f"error: Spark master {master!r} is not one Spark accepts" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_jsonl_input_is_no_chunks_as_an_empty_parquet_is(spark: Any, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty JSONL file has no schema to infer: it was refused as "column 'key' is not in the
+    DataFrame (columns: [])", while an empty Parquet input gave an empty result."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert spark_main([str(empty), str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"items": 0, "groups": 0, "clusters": 0}
