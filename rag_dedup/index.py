@@ -1290,6 +1290,7 @@ class DedupIndex:
 
     def drop(self) -> None:
         """Delete everything this index holds (for Redis: its whole namespace). The index stays usable, empty."""
+        self.storage.mend_for_drop()  # a damaged counter of a shared store would refuse the lock
         with self.storage.lock():
             self.storage.drop()
             self.storage.save_meta(self._meta())

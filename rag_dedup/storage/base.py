@@ -207,6 +207,10 @@ class Storage(ABC):
     def drop(self) -> None:
         """Delete everything stored, metadata included."""
 
+    def mend_for_drop(self) -> None:  # noqa: B027 - optional hook
+        """Before :meth:`drop` under the lock: mend what would keep the lock from being taken (a shared
+        store's damaged counters). The default does nothing."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (:meth:`DedupIndex.close <rag_dedup.index.DedupIndex.close>` calls it); a later call
         may reconnect. The default does nothing."""

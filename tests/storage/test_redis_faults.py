@@ -562,3 +562,21 @@ def test_a_lock_key_that_lost_its_expiry_after_open_is_named_at_once_not_waited_
         index.add_many(FIRST[5:10])  # (a LockTimeout after 30 s, were it waited for)
     assert snapshot(redis_url, NAMESPACE) == before  # nothing of the batch was recorded
     client.close()
+
+
+@pytest.mark.parametrize("counter", ["next-group-id", "commits"])
+def test_a_damaged_counter_is_mended_by_the_drop_its_error_advises(redis_url, counter):
+    """A counter that is not a count said "drop() it and index again", but drop() kept the counters: the
+    error came back after the drop (and a damaged commits counter made drop() itself fail)."""
+    index = open_index(redis_url)
+    index.add_many(FIRST[:20])
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{NAMESPACE}:{counter}", b"abc")
+    with pytest.raises(CorruptIndexError, match="drop\\(\\) it and index again"):
+        open_index(redis_url).add_many(FIRST[20:30])
+    # The namespace's own drop: a DedupIndex cannot open a namespace whose commits counter is damaged.
+    RedisStorage(redis_url, namespace=NAMESPACE).drop()
+    again = open_index(redis_url)
+    again.add_many(FIRST[:30])
+    assert len(again) == 30 and state(again) == reference_state(FIRST[:30])
+    client.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -460,6 +461,25 @@ class RedisStorage(Bookkeeping):
             strings[self.keys.format] = FORMAT
             self._overlay.known = True
 
+    def mend_for_drop(self) -> None:
+        """Reset ``ns:commits`` or ``ns:next-group-id`` to 0 when it holds something other than a count
+        (the namespace is damaged; its drop follows, and workers that had it open must open it again)."""
+        counters = (self.keys.commits, self.keys.counter)
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for key in counters:
+                    pipe.type(key)
+                pipe.mget(list(counters))  # nil for a key that is not a string
+                *types, values = pipe.execute()
+            damaged = [key for key, kind, raw in zip(counters, types, values)
+                       if kind not in (b"none", b"string", "none", "string")
+                       or (raw is not None and not re.fullmatch(rb"[0-9]{1,19}", raw))]
+            for key in damaged:  # a count again (0): the drop that follows empties the namespace
+                self._client.delete(key)
+                self._client.set(key, b"0")
+        except connection.CONNECTION_ERRORS as exc:
+            raise connection.unavailable(self.url, exc, "while dropping the namespace; nothing was deleted") from exc
+
     # --- counting and scanning -----------------------------------------------------------------
     def item_count(self) -> int:
         return self._overlay.hash_size(self.keys.hashes[Table.ITEMS])
@@ -732,10 +752,18 @@ class RedisStorage(Bookkeeping):
     # --- dropping ------------------------------------------------------------------------------
     def drop(self) -> None:
         """Delete the namespace (all its keys but the lock and the two counters, by SCAN and UNLINK in
-        batches) at commit. Runs under the lock (inside :meth:`run_batch`, a RuntimeError)."""
+        batches) at commit. Runs under the lock (inside :meth:`run_batch`, a RuntimeError).
+
+        The counters are kept because their numbers must only grow (a worker's mirror and the group ids
+        it hands out rely on it), except a counter that is not a count, which is reset to 0: the damage
+        whose error says to drop the namespace, and which would make every later batch (and this drop's
+        lock) fail again.
+        """
         batch = self._overlay.batch
         if batch is not None and batch.token is None:
             raise RuntimeError("drop() runs under the lock, not inside an optimistic batch (run_batch)")
+        if batch is None:
+            self.mend_for_drop()
         with self.lock():
             self._overlay.open_batch().drop_all()
             self._overlay.known = False  # a deliberate drop: an empty namespace is new again
