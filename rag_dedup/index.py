@@ -1731,7 +1731,10 @@ def _same_default_floor(name: str, stored: object, expected: object) -> bool:
 def _after_storage(message: str) -> str:
     """A storage's mismatch message without the storage's name and the advice to open it with the same
     parameters (which a load already did)."""
-    message = message.split(" was built with ", 1)[-1]
+    if " was built with " in message:
+        message = message.split(" was built with ", 1)[1]
+    elif ">: " in message or "> holds " in message:  # an unnamed storage's repr (<...Storage object at 0x...>)
+        message = message.split("> ", 1)[1].removeprefix(": ")
     return message.split("; open it with", 1)[0]
 
 

@@ -196,10 +196,13 @@ def _check_manifest(path: Path, manifest: Any) -> tuple[dict[str, Any], dict[str
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
         raise CorruptIndexError(f"{path} is not a rag-dedup index manifest")
     version = manifest.get("format_version")
-    if type(version) is not int or version != _VERSION:
-        older = type(version) is int and version < _VERSION
+    if type(version) is not int:
+        raise CorruptIndexError(f"{path} has format_version {version!r}, not a number: the manifest is damaged; "
+                                "save the index again from its source")
+    if version != _VERSION:
+        older = version < _VERSION
         raise CorruptIndexError(
-            f"{path} has format_version {version!r}; this rag-dedup reads {_VERSION}. "
+            f"{path} has format_version {version}; this rag-dedup reads {_VERSION}. "
             + ("Rebuild the index from its texts (it was saved by an older rag-dedup)" if older else "Upgrade rag-dedup")
         )
     body = {k: v for k, v in manifest.items() if k != "sha256"}

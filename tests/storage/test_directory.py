@@ -251,6 +251,8 @@ def test_an_edited_manifest_fails_its_checksum(saved, old: str, new: str) -> Non
         pytest.param(lambda m: m["files"]["items"].__setitem__("name", "../../etc/passwd"), r"the entry of the items file is malformed", id="path-escape"),
         pytest.param(lambda m: m["meta"].__setitem__("b", "21"), r"meta 'b' is '21'", id="bands-type"),
         pytest.param(lambda m: m.__setitem__("format_version", 1), r"format_version 1; this rag-dedup reads 2\. Rebuild", id="older-format"),
+        # It said "has format_version '2'; this rag-dedup reads 2. Upgrade rag-dedup".
+        pytest.param(lambda m: m.__setitem__("format_version", "2"), r"format_version '2', not a number: the manifest is damaged", id="version-str"),
     ],
 )
 def test_crafted_manifests_raise_corrupt_index_error(saved, change, message: str) -> None:
@@ -341,3 +343,14 @@ def test_load_refuses_bad_arguments_by_name(saved, args, message) -> None:
     _, path = saved
     with pytest.raises(TypeError, match=message):
         DedupIndex.load(**{"path": path, **args})
+
+
+def test_a_meta_format_version_from_the_future_is_named_without_a_storage_repr(saved) -> None:
+    """The message showed '<rag_dedup.storage.memory.MemoryStorage object at 0x...> holds index format 99'."""
+    _, path = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["meta"]["format_version"] = 99
+    rewrite_manifest(path, manifest)
+    with pytest.raises(IndexMismatchError) as info:
+        DedupIndex.load(path)
+    assert "object at 0x" not in str(info.value) and "index format 99, newer than this rag-dedup" in str(info.value)
