@@ -13,8 +13,9 @@ loading would have to allocate; ids are internal, and no answer of the index dep
 
 **Writes are atomic** (each file by :mod:`rag_dedup.atomic`). Data files of a new generation are
 written under fresh names, flushed and fsynced; then ``manifest.json`` is replaced in one
-``os.replace`` (and the directory fsynced); then every file of an older generation and every
-temporary that an interrupted save left behind is removed.
+``os.replace`` (and the directory fsynced); then every file of a generation older than the previous
+one, and every temporary that an interrupted save left behind, is removed (the previous generation
+stays until the next save, for a load that read the previous manifest just before the swap).
 A crash leaves either the old index or the new one, never a mix. One process saves into a directory at
 a time.
 
@@ -111,13 +112,25 @@ def save_directory(path: str | os.PathLike[str], meta: dict[str, Any], storage: 
 
     body = {"format": _FORMAT, "format_version": _VERSION, "meta": meta, "files": files}
     manifest = {**body, "sha256": _manifest_digest(body)}
+    previous = _named_files(root / MANIFEST)
     atomic.write_bytes(root / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     atomic.fsync_directory(root)
-    kept = {entry["name"] for entry in files.values()}
+    # The previous generation stays until the next save: a load that read the previous manifest just
+    # before the swap still finds its files.
+    kept = {entry["name"] for entry in files.values()} | previous
     for entry in root.iterdir():
         name = entry.name
         if name not in kept and (_DATA_FILE.fullmatch(name) or _TEMPORARY.fullmatch(name)):
             entry.unlink(missing_ok=True)
+
+
+def _named_files(manifest: Path) -> set[str]:
+    """The data file names a manifest lists (none if it is missing or unreadable: nothing is kept for it)."""
+    try:
+        body = json.loads(manifest.read_bytes())
+        return {entry["name"] for entry in body["files"].values() if _DATA_FILE.fullmatch(str(entry["name"]))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return set()
 
 
 def load_directory(path: str | os.PathLike[str]) -> tuple[dict[str, Any], MemoryStorage]:
