@@ -58,6 +58,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from rag_dedup import compiled
+from rag_dedup.errors import CorruptIndexError
 from rag_dedup.compiled.index import intersection_matrix, jaccard_of, pack, pair_jaccard
 from rag_dedup.policy import Member, Policy, choose, default_rank, longest_then_authority
 from rag_dedup.similarity import jaccard_many
@@ -533,7 +534,7 @@ def _by_group(
     members: Sequence[tuple[Member, int]], shingles: Mapping[int, np.ndarray]
 ) -> tuple[dict[int, list[Member]], dict[str, int], list[int]]:
     """A component's members by group (each group's in key order), the group of each key, and the
-    sorted groups; raises KeyError for a group without a shingle set."""
+    sorted groups; raises CorruptIndexError for a group without a shingle set."""
     items: dict[int, list[Member]] = {}
     group_of: dict[str, int] = {}
     for m, g in sorted(members, key=lambda mg: mg[0].key):
@@ -542,7 +543,8 @@ def _by_group(
     remaining = sorted(items)
     for g in remaining:
         if g not in shingles:
-            raise KeyError(f"group {g} of member {items[g][0].key!r} has no shingle set")
+            raise CorruptIndexError(f"group {g} of member {items[g][0].key!r} has no shingle set; the index is damaged: "
+                                    "drop() it and index again")
     return items, group_of, remaining
 
 

@@ -1464,7 +1464,7 @@ class DedupIndex:
             try:
                 found = self.storage.group_shingles(gids)
                 break
-            except KeyError:
+            except CorruptIndexError:
                 # A shared store: another process removed a group between these two reads; ask again.
                 if not self.storage.shared or attempt == 2:
                     raise
@@ -1731,10 +1731,7 @@ def _same_default_floor(name: str, stored: object, expected: object) -> bool:
 def _after_storage(message: str) -> str:
     """A storage's mismatch message without the storage's name and the advice to open it with the same
     parameters (which a load already did)."""
-    if " was built with " in message:
-        message = message.split(" was built with ", 1)[1]
-    elif ">: " in message or "> holds " in message:  # an unnamed storage's repr (<...Storage object at 0x...>)
-        message = message.split("> ", 1)[1].removeprefix(": ")
+    message = message.split(" was built with ", 1)[-1]
     return message.split("; open it with", 1)[0]
 
 

@@ -6,6 +6,8 @@ import random
 
 import numpy as np
 import pytest
+
+from rag_dedup.errors import CorruptIndexError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.members import member
@@ -63,7 +65,7 @@ def test_cluster_component_ignores_member_order(order: list[str], dict_order: li
 
 
 def test_cluster_component_names_a_group_without_shingles() -> None:
-    with pytest.raises(KeyError, match="group 9 of member 'x' has no shingle set"):
+    with pytest.raises(CorruptIndexError, match="group 9 of member 'x' has no shingle set; the index is damaged"):
         cluster_component([(member("x", 1), 9)], CHAIN, 0.7, longest_then_authority)
 
 

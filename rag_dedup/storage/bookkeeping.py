@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from rag_dedup.errors import CorruptIndexError
 from rag_dedup.storage.base import EMPTY_GROUP, ClusterEntry, ItemRecord, Storage
 
 __all__ = ["Bookkeeping", "Table"]
@@ -174,8 +175,9 @@ class Bookkeeping(Storage):
     def group_shingles(self, gids: Sequence[int]) -> list[np.ndarray]:
         out = []
         for gid, group in zip(gids, self._get(Table.GROUPS, gids)):
-            if group is None:
-                raise KeyError(f"group {gid} does not exist")
+            if group is None:  # an item or a bucket names a group that is not stored: damaged data
+                raise CorruptIndexError(f"{self!r}: group {gid} is named but not stored (no shingle set); the index is "
+                                        "damaged: drop() it and index again")
             out.append(group[1])
         return out
 

@@ -563,6 +563,9 @@ class MemoryStorage(Bookkeeping):
     one item as a bare ``str``, buckets in a :class:`BandTable`.
     """
 
+    def __repr__(self) -> str:  # named in messages about damaged data (no address: the same in every run)
+        return "MemoryStorage()"
+
     shared = False
 
     def __init__(self) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag_dedup.errors import CorruptIndexError
+
 from rag_dedup.storage.base import EMPTY_GROUP, ItemRecord, Storage
 from rag_dedup.storage.directory import load_directory, save_directory
 from rag_dedup.storage.memory import MemoryStorage
@@ -203,7 +205,7 @@ def test_a_deleted_group_is_gone_from_digests_buckets_and_components(backend: Ba
     s.delete_items({"b": ItemRecord(gids[1], 1, None, 0.0, None)})
     s.delete_group(gids[1], keys[1:])
     s.set_components([[gids[0]]])
-    with pytest.raises(KeyError, match=f"group {gids[1]} does not exist"):
+    with pytest.raises(CorruptIndexError, match=f"group {gids[1]} is named but not stored"):
         s.group_shingles([gids[1]])
     s = backend.reopen()
     assert s.find_groups([digest(0), digest(1)])[1] is None
