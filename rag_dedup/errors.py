@@ -13,7 +13,9 @@ still works where it did::
      │    │                                a restart without persistence, a flush)
      │    ├── TransformStateError          a saved DedupTransform state file is damaged, foreign or newer
      │    └── CorruptResultError           a Spark job's result directory is incomplete or damaged
-     ├── SharedIndexRequired (RuntimeError)  a process-local index was about to be copied to a worker
+     ├── PolicyError (ValueError)          the representative policy raised, or returned a non-member
+ ├── IndexIncomplete (RuntimeError)    an in-memory index that a failed policy left part-updated
+ ├── SharedIndexRequired (RuntimeError)  a process-local index was about to be copied to a worker
      ├── SparkSetupError (RuntimeError)  Spark cannot start: Java is missing or broken
      ├── RedisConfigurationError           the server may evict keys (maxmemory-policy is not noeviction)
      ├── RedisUnavailable (ConnectionError)  the server cannot be reached, or the connection dropped
@@ -30,12 +32,14 @@ from __future__ import annotations
 __all__ = [
     "CorruptIndexError",
     "CorruptResultError",
+    "IndexIncomplete",
     "IndexMismatchError",
     "InvalidTextError",
     "KeyConflictError",
     "LockLost",
     "LockTimeout",
     "NamespaceLost",
+    "PolicyError",
     "RagDedupError",
     "RedisConfigurationError",
     "RedisUnavailable",
@@ -115,3 +119,15 @@ class LockTimeout(RagDedupError, TimeoutError):
 
 class LockLost(RagDedupError, RuntimeError):
     """The write lock expired or was taken over before the batch committed; nothing was recorded."""
+
+
+class PolicyError(RagDedupError, ValueError):
+    """The representative policy raised, or returned something that is not one of its members. The
+    message names the policy and what it did; the policy's own exception is the ``__cause__``."""
+
+
+class IndexIncomplete(RagDedupError, RuntimeError):
+    """An in-memory index whose representative policy failed in the middle of a change: part of the
+    change is stored, its clusters are not, and answers would be wrong. Every later call raises this
+    until :meth:`DedupIndex.drop <rag_dedup.index.DedupIndex.drop>`; rebuild the index from its texts.
+    (A Redis index is not left so: a failed batch records nothing.)"""

@@ -51,6 +51,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import os
 import warnings
@@ -65,7 +66,7 @@ from rag_dedup import compiled, lsh, settings
 from rag_dedup._gc import gc_paused
 from rag_dedup.clusters import Family, UnionFind, _cluster_two, cluster_component, cluster_components
 from rag_dedup.compiled.index import jaccard_of, pair_jaccard
-from rag_dedup.errors import CorruptIndexError, IndexMismatchError, KeyConflictError
+from rag_dedup.errors import CorruptIndexError, IndexIncomplete, IndexMismatchError, KeyConflictError, PolicyError
 from rag_dedup.finite import is_finite_number
 from rag_dedup.minhash import SCHEME, MinHasher
 from rag_dedup.normalize import NORMALIZATION, canonical
@@ -189,6 +190,33 @@ class _Item(NamedTuple):
 _new_item = tuple.__new__  # _Item(...) without the keyword-handling constructor (hot path)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _whole_or_incomplete(method: _F) -> _F:
+    """A change of the index that a failed representative policy stops half-way leaves a private store
+    part-updated (its items stored, their clusters not): the index then refuses every later call with
+    :class:`IndexIncomplete` rather than answer from that state. A shared store's batch records nothing
+    when it fails, so a Redis index stays usable. The policy is a user's function, the only step of a
+    change that can fail after the change's checks."""
+
+    @functools.wraps(method)
+    def guarded(self: DedupIndex, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except PolicyError as e:
+            storage = self._storage
+            if not isinstance(storage, _Incomplete) and not storage.shared:
+                self._storage = _Incomplete(  # type: ignore[assignment]
+                    f"this in-memory index is incomplete: {e}, in the middle of {method.__name__}(), after part of "
+                    "that change was stored; its answers would be wrong. Rebuild it from its texts (drop() empties it)",
+                    storage,
+                )
+            raise
+
+    return guarded  # type: ignore[return-value]
+
+
 class DedupIndex:
     """Exact and near-duplicate clusters over keyed texts.
 
@@ -257,15 +285,15 @@ class DedupIndex:
         self.num_perm = num_perm
         self.seed = seed
         self.bands: tuple[int, int] = lsh.choose_bands(self.threshold, num_perm)
-        self.storage: Storage = _open_storage(storage, namespace)
+        self._storage: Storage = _open_storage(storage, namespace)
         # Under the lock: two workers opening a new shared namespace at once must not both write
         # their parameters (the second would overwrite the first's unchecked).
-        with self.storage.lock():
-            stored = self.storage.load_meta()
+        with self._storage.lock():
+            stored = self._storage.load_meta()
             if stored is None:
-                self.storage.save_meta(self._meta())
+                self._storage.save_meta(self._meta())
         if stored is not None:
-            self._check_meta(stored, where=repr(self.storage))
+            self._check_meta(stored, where=repr(self._storage))
 
     # --- parameters -----------------------------------------------------------------------
     @property
@@ -274,9 +302,16 @@ class DedupIndex:
         return lsh.knee(*self.bands)
 
     @property
+    def storage(self) -> Storage:
+        """Where the index lives (:class:`~rag_dedup.storage.memory.MemoryStorage`, or a Redis store). Of an
+        in-memory index a failed policy left incomplete (:func:`_whole_or_incomplete`), a stand-in whose
+        every use raises :class:`IndexIncomplete`."""
+        return self._storage
+
+    @property
     def shared(self) -> bool:
         """True when the index lives in a store that several processes share (Redis)."""
-        return self.storage.shared
+        return self._storage.shared
 
     def _meta(self) -> dict[str, Any]:
         b, r = self.bands
@@ -326,6 +361,7 @@ class DedupIndex:
             )
 
     # --- adding -----------------------------------------------------------------------------
+    @_whole_or_incomplete
     def add(
         self,
         key: str,
@@ -396,8 +432,8 @@ class DedupIndex:
         :meth:`_link_and_recluster` as one bucket, whose :meth:`_link` probes each stored component
         once) returns None.
         """
-        if not self.storage.shared:
-            with self.storage.lock():  # a no-op: nobody else writes a private store
+        if not self._storage.shared:
+            with self._storage.lock():  # a no-op: nobody else writes a private store
                 return self._place_one_here(item, shingles, digest, band_keys, previous)
         # A shared store runs it as a batch of its own (RedisStorage: optimistically, without the lock).
         return self._in_one_batch(
@@ -408,7 +444,7 @@ class DedupIndex:
         self, item: _Item, shingles: np.ndarray, digest: bytes, band_keys: np.ndarray, previous: dict[str, str]
     ) -> Match | None:
         """The body of :meth:`_place_one`, inside the store's lock or batch."""
-        storage = self.storage
+        storage = self._storage
         key = item.key
         # The common case first, in one storage call: a new key with a new text, alone in a new group.
         placed = storage.add_new_item(
@@ -456,7 +492,7 @@ class DedupIndex:
         """:meth:`_place_one` of an item whose key is stored (the batch path: a retried add is a no-op, else
         an error) or whose canonical text is (an exact copy: placed in its group's unchanged component,
         what _link_and_recluster does with a touched old group and no new edges). Under the lock."""
-        storage = self.storage
+        storage = self._storage
         key = item.key
         (gid,) = storage.find_groups([digest])
         (old,) = storage.get_items([key])
@@ -479,7 +515,7 @@ class DedupIndex:
         Returns True when every key was new (then :meth:`_new_matches` may answer), False when the
         batch path took them.
         """
-        storage = self.storage
+        storage = self._storage
         if any(rec is not None for rec in storage.get_items([item.key for item in parsed])):
             self._add_parsed(parsed, previous)
             return False
@@ -511,6 +547,7 @@ class DedupIndex:
         make = tuple.__new__
         return [found.get(key) or make(Match, (key, key, key, None, 1.0, "unique", 1, None)) for key in keys]
 
+    @_whole_or_incomplete
     def add_many(self, items: Iterable[tuple[str, str] | Mapping[str, Any]]) -> list[Match]:
         """Add many texts; the same final state as adding them one by one, in any order, much faster.
 
@@ -534,13 +571,14 @@ class DedupIndex:
         parsed = _parse_many(items)
         previous: dict[str, str] = {}
         keys = [item.key for item in parsed]
-        if len(parsed) <= _ONE_BY_ONE and not self.storage.shared:
+        if len(parsed) <= _ONE_BY_ONE and not self._storage.shared:
             if self._add_few(parsed, previous):
                 return self._new_matches(keys, previous)
         else:
             self._add_parsed(parsed, previous)
         return self._matches(keys, previous, set(keys))
 
+    @_whole_or_incomplete
     def update(
         self, items: Iterable[tuple[str, str] | Mapping[str, Any]], remove: Iterable[str] = ()
     ) -> tuple[list[Match], int]:
@@ -571,7 +609,7 @@ class DedupIndex:
         gone = list(dict.fromkeys(_key_list(remove, "remove")))
         for key in gone:
             _check_key(key, "remove key")
-        storage = self.storage
+        storage = self._storage
         with storage.lock():
             for key, rec in zip(gone, storage.get_items(gone)):
                 if rec is None:
@@ -607,7 +645,7 @@ class DedupIndex:
         # reclustered once, after the last one (see _recluster_deferred), not after every batch
         # that touches them. A shared store commits each batch whole, its clusters with it, so
         # that other workers (and a batch lost with its connection) never see items unplaced.
-        self._deferred = set() if not self.storage.shared and len(parsed) > _batch_size(len(self)) else None
+        self._deferred = set() if not self._storage.shared and len(parsed) > _batch_size(len(self)) else None
         # The cyclic garbage collector is paused meanwhile (and restored, also on error): a batch
         # allocates many small objects that cannot form cycles, and each collection they trigger
         # would walk the caller's whole heap (all their nodes and documents) again.
@@ -622,7 +660,7 @@ class DedupIndex:
                 self._recluster_deferred(previous)
 
     def _add_batch(self, items: Sequence[_Item], previous: dict[str, str] | None = None) -> None:
-        storage = self.storage
+        storage = self._storage
         # Pure computation first, outside the lock, so that workers sharing a store hash in parallel.
         # Hashed a block of texts at a time: the temporaries of hashing stay those of one block.
         all_sets: list[np.ndarray] = []
@@ -722,7 +760,7 @@ class DedupIndex:
             noted[:] = [{}]
             answer[:] = [body(None if previous is None else noted[0])]
 
-        self.storage.run_batch(attempt)
+        self._storage.run_batch(attempt)
         if previous is not None:
             for key, rep in noted[0].items():
                 previous.setdefault(key, rep)
@@ -737,7 +775,7 @@ class DedupIndex:
         bucket once costs the bucket's size, where asking per new group would cost it once per group.
         """
         keys, slot = np.unique(band_keys.reshape(-1), return_inverse=True)
-        bucket_rows, bucket_gids = self.storage.query_band_pairs(keys[:, None])
+        bucket_rows, bucket_gids = self._storage.query_band_pairs(keys[:, None])
         return slot.reshape(-1), bucket_rows, bucket_gids
 
     def _lookup_few(self, band_keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
@@ -753,7 +791,7 @@ class DedupIndex:
         for i, key in enumerate(band_keys.reshape(-1).tolist()):
             rows_of.setdefault(key, []).append(i // width)
         distinct = sorted(rows_of)
-        found_rows, found_gids = self.storage.query_band_pairs(np.array(distinct, dtype=np.uint64)[:, None])
+        found_rows, found_gids = self._storage.query_band_pairs(np.array(distinct, dtype=np.uint64)[:, None])
         stored: dict[int, list[int]] = {}
         for k, gid in zip(found_rows.tolist(), found_gids.tolist()):
             stored.setdefault(k, []).append(gid)
@@ -930,7 +968,7 @@ class DedupIndex:
         Inside a shared store's ``run_batch`` the attempts of one batch share it: what is kept there
         must be a pure function of group ids (an id names one group, with one set of shingles, for
         as long as the memo lives; it is emptied when that may no longer hold)."""
-        memo: dict[Any, Any] | None = getattr(self.storage, "attempt_memo", None)
+        memo: dict[Any, Any] | None = getattr(self._storage, "attempt_memo", None)
         return None if memo is None else memo.setdefault(name, {})
 
     def _read_shingles(self, gids: Iterable[int], shingles: dict[int, np.ndarray]) -> None:
@@ -946,7 +984,7 @@ class DedupIndex:
             missing = [g for g in missing if g not in shingles]
             if not missing:
                 return
-        found = self.storage.group_shingles(missing)
+        found = self._storage.group_shingles(missing)
         shingles.update(zip(missing, found))
         if kept is not None:
             kept.update(zip(missing, found))
@@ -968,7 +1006,7 @@ class DedupIndex:
         ``previous``, when given, receives the representative each reclustered key had before
         (a key already there is kept).
         """
-        storage = self.storage
+        storage = self._storage
         new_groups = set(shingles)
         # A new group in no shared bucket, holding one new item, is a cluster of its own: nothing to
         # verify, merge or store (most texts of a corpus take this path).
@@ -1041,7 +1079,7 @@ class DedupIndex:
         before (its own key if it had none), as :meth:`_link_and_recluster` reports it."""
         if not keys:
             return
-        storage = self.storage
+        storage = self._storage
         if previous is not None:
             for key, entry in zip(keys, storage.get_clusters(keys)):
                 previous.setdefault(key, key if entry is None else entry[0])
@@ -1061,7 +1099,7 @@ class DedupIndex:
         deferred, self._deferred = self._deferred, None
         if not deferred:
             return
-        storage = self.storage
+        storage = self._storage
         with storage.lock():
             gids = sorted(deferred)
             comps: dict[int, frozenset[int]] = {}
@@ -1088,7 +1126,7 @@ class DedupIndex:
         """
         if self.policy is not longest_then_authority:
             return None
-        storage = self.storage
+        storage = self._storage
         gids = sorted(comp)
         updates: dict[str, list[tuple[str, float]]] = {}
         for keys in storage.group_items(gids):
@@ -1115,7 +1153,7 @@ class DedupIndex:
 
         ``shingles`` holds sets already read; the component's others are read from the storage.
         """
-        storage = self.storage
+        storage = self._storage
         keys = [k for ks in storage.group_items(gids) for k in ks]
         records = storage.get_items(keys)
         members = []
@@ -1149,7 +1187,7 @@ class DedupIndex:
         verified, on the compiled path: :func:`~rag_dedup.clusters._cluster_two` (where
         :func:`~rag_dedup.clusters.cluster_component` takes a component of two groups, after counting
         their Jaccard again: the same integers, so the same float), with the members it would pass."""
-        storage = self.storage
+        storage = self._storage
         keys = [k for ks in storage.group_items([a, b]) for k in ks]
         members = []
         for key, rec in zip(keys, storage.get_items(keys)):
@@ -1173,7 +1211,7 @@ class DedupIndex:
         small = [comp for comp in comps if len(comp) < _FAMILY_MIN]
         if not small:
             return [self._cluster_component(comp, shingles) for comp in comps]
-        storage = self.storage
+        storage = self._storage
         gids = [g for comp in small for g in comp]
         group_keys = storage.group_items(gids)
         keys_of = dict(zip(gids, group_keys))
@@ -1235,6 +1273,7 @@ class DedupIndex:
             family.discard(gid)
 
     # --- removing ---------------------------------------------------------------------------
+    @_whole_or_incomplete
     def remove(self, key: str) -> None:
         """Remove ``key``; its cluster re-elects a representative (and may split).
 
@@ -1247,7 +1286,7 @@ class DedupIndex:
 
     def _remove(self, key: str, previous: dict[str, str] | None = None) -> None:
         """:meth:`remove` a checked key; ``previous`` as for :meth:`_link_and_recluster`."""
-        storage = self.storage
+        storage = self._storage
         with storage.lock():
             rec = storage.get_items([key])[0]
             if rec is None:
@@ -1289,11 +1328,14 @@ class DedupIndex:
             storage.set_clusters(keys, clusters)
 
     def drop(self) -> None:
-        """Delete everything this index holds (for Redis: its whole namespace). The index stays usable, empty."""
-        self.storage.mend_for_drop()  # a damaged counter of a shared store would refuse the lock
-        with self.storage.lock():
-            self.storage.drop()
-            self.storage.save_meta(self._meta())
+        """Delete everything this index holds (for Redis: its whole namespace). The index stays usable, empty
+        (an index a failed policy left incomplete, too)."""
+        if isinstance(self._storage, _Incomplete):
+            self._storage = self._storage.real  # type: ignore[attr-defined]
+        self._storage.mend_for_drop()  # a damaged counter of a shared store would refuse the lock
+        with self._storage.lock():
+            self._storage.drop()
+            self._storage.save_meta(self._meta())
         self._families = []  # group ids may be handed out again
 
     def close(self) -> None:
@@ -1304,7 +1346,7 @@ class DedupIndex:
             with DedupIndex(storage="redis://localhost:6379/0") as index:
                 index.add_many(items)
         """
-        self.storage.close()
+        self._storage.close()
 
     def __enter__(self) -> DedupIndex:
         return self
@@ -1314,7 +1356,7 @@ class DedupIndex:
 
     # --- reading ----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.storage.item_count()
+        return self._storage.item_count()
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
@@ -1328,7 +1370,7 @@ class DedupIndex:
         found = [False] * len(keys)
         asked = [i for i, k in enumerate(keys) if isinstance(k, str)]
         if asked:
-            records = self.storage.get_items([keys[i] for i in asked])
+            records = self._storage.get_items([keys[i] for i in asked])
             for i, rec in zip(asked, records):
                 found[i] = rec is not None
         return found
@@ -1354,7 +1396,7 @@ class DedupIndex:
         ``previous`` maps each key the call reclustered or removed around to the representative it
         had before the call (:meth:`_link_and_recluster`); ``added`` holds the keys the call wrote.
         """
-        storage = self.storage
+        storage = self._storage
         records = storage.get_items(keys)
         for key, rec in zip(keys, records):
             if rec is None:
@@ -1405,7 +1447,7 @@ class DedupIndex:
             KeyError: No cluster has this id (it is unknown, or a key that is not a representative).
         """
         _check_key(cluster_id, "cluster_id")
-        found = self.storage.cluster_members([cluster_id])[0]
+        found = self._storage.cluster_members([cluster_id])[0]
         if found:
             return [cluster_id, *sorted(k for k, _ in found if k != cluster_id)]
         m = self.match(cluster_id)
@@ -1426,11 +1468,11 @@ class DedupIndex:
     def clusters(self, *, include_singletons: bool = True) -> Iterator[tuple[str, list[str]]]:
         """Every cluster as (cluster_id, member keys): the representative, then the others in key order."""
         in_cluster: set[str] = set()
-        for rep, members in self.storage.iter_clusters():
+        for rep, members in self._storage.iter_clusters():
             in_cluster.update(k for k, _ in members)
             yield rep, [rep, *sorted(k for k, _ in members if k != rep)]
         if include_singletons:
-            for key in self.storage.iter_keys():
+            for key in self._storage.iter_keys():
                 if key not in in_cluster:
                     yield key, [key]
 
@@ -1442,7 +1484,7 @@ class DedupIndex:
         """
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, got {type(source).__name__} ({source!r:.80})")
-        return self.storage.keys_of_source(source)
+        return self._storage.keys_of_source(source)
 
     def query(self, text: str) -> list[tuple[str, float]]:
         """Keys whose texts have Jaccard similarity >= threshold with ``text``, most similar first.
@@ -1459,14 +1501,14 @@ class DedupIndex:
         )
         band_keys = self._band_keys(sets)
         for attempt in range(3):
-            (cands,) = self.storage.query_bands(band_keys)
+            (cands,) = self._storage.query_bands(band_keys)
             gids = sorted(cands)
             try:
-                found = self.storage.group_shingles(gids)
+                found = self._storage.group_shingles(gids)
                 break
             except CorruptIndexError:
                 # A shared store: another process removed a group between these two reads; ask again.
-                if not self.storage.shared or attempt == 2:
+                if not self._storage.shared or attempt == 2:
                     raise
         scored = []
         for gid, sh in zip(gids, found):
@@ -1474,7 +1516,7 @@ class DedupIndex:
             if s >= self.threshold:
                 scored.append((gid, s))
         out = []
-        for (gid, s), keys in zip(scored, self.storage.group_items([g for g, _ in scored])):
+        for (gid, s), keys in zip(scored, self._storage.group_items([g for g, _ in scored])):
             out.extend((k, s) for k in keys)
         out.sort(key=lambda ks: (-ks[1], ks[0]))
         return out
@@ -1484,11 +1526,11 @@ class DedupIndex:
         """Save an in-memory index to directory ``path`` (atomically; no pickle)."""
         from rag_dedup.storage.directory import save_directory
 
-        if not isinstance(self.storage, MemoryStorage):
+        if not isinstance(self._storage, MemoryStorage):
             raise TypeError(
-                f"save() writes an in-memory index; this one lives in {self.storage!r}, which persists by itself"
+                f"save() writes an in-memory index; this one lives in {self._storage!r}, which persists by itself"
             )
-        save_directory(path, self._meta(), self.storage)
+        save_directory(path, self._meta(), self._storage)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, policy: Policy | None = None) -> DedupIndex:
@@ -1726,6 +1768,19 @@ def _same_default_floor(name: str, stored: object, expected: object) -> bool:
     before it stored ``0.8 - 0.1``, 0.7000000000000001, where the default is now 0.7)."""
     return (name == "drift_floor" and isinstance(stored, float) and isinstance(expected, float)
             and round(stored, settings.DEFAULT_FLOOR_DIGITS) == expected)
+
+
+class _Incomplete:
+    """The storage of an in-memory index that a failed policy left part-updated: any use of it raises
+    :class:`IndexIncomplete` (so every call of the index does), until :meth:`DedupIndex.drop` puts
+    ``real`` back and empties it."""
+
+    def __init__(self, message: str, real: Storage) -> None:
+        self.message = message
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:  # only for what the instance lacks: every storage method
+        raise IndexIncomplete(self.message)
 
 
 def _after_storage(message: str) -> str:

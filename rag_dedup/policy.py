@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rag_dedup.errors import PolicyError
+
 __all__ = ["Member", "Policy", "choose", "default_rank", "longest_then_authority"]
 
 
@@ -53,11 +55,17 @@ def choose(policy: Policy, members: Sequence[Member]) -> Member:
     """Apply ``policy`` and check that it returned one of ``members``.
 
     Raises:
-        ValueError: The policy returned something that is not one of the members.
+        PolicyError: The policy raised (its exception is the cause), or returned something that is not
+            one of the members (a ``ValueError``).
     """
-    chosen = policy(members)
+    try:
+        chosen = policy(members)
+    except Exception as e:  # noqa: BLE001 - the user's function: any failure is named as the policy's
+        raise PolicyError(
+            f"the representative policy {getattr(policy, '__name__', policy)!r} raised {type(e).__name__}: {e}"
+        ) from e
     if not isinstance(chosen, Member) or chosen not in members:
-        raise ValueError(
+        raise PolicyError(
             f"the representative policy {getattr(policy, '__name__', policy)!r} returned {chosen!r}, "
             "which is not one of the members it was given; a policy must return one of its arguments"
         )
